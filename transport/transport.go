@@ -1,0 +1,79 @@
+package transport
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+)
+
+// PeerID names a worker. On authenticated transports it is the common name
+// of the peer's certificate, so a peer cannot claim another's ID.
+type PeerID string
+
+// Channel is an independent ordered message stream between two peers. A
+// receive on one channel never consumes a message sent on another.
+type Channel uint8
+
+// Channels in use. Transports support every Channel below NumChannels.
+const (
+	ChanData    Channel = iota // collective payloads
+	ChanControl                // boundary records and other control traffic
+	ChanProbe                  // link probes
+	NumChannels
+)
+
+func (c Channel) String() string {
+	switch c {
+	case ChanData:
+		return "data"
+	case ChanControl:
+		return "control"
+	case ChanProbe:
+		return "probe"
+	}
+	return "chan(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Transport moves messages between peers.
+//
+// Messages on one (peer, channel) pair arrive whole and in the order they
+// were sent. Every method is safe for concurrent use, with one exception:
+// at most one Recv at a time per (peer, channel). Every blocking method
+// returns when ctx is done (with ctx.Err()) or when the transport is closed
+// (with ErrClosed).
+type Transport interface {
+	// Connect makes peer reachable at addr for Send. It is idempotent: a
+	// second call for a connected peer returns nil at once. It blocks until
+	// the connection is authenticated, and fails with an error wrapping
+	// ErrUnauthenticated if the peer does not hold the cluster secret.
+	Connect(ctx context.Context, peer PeerID, addr string) error
+
+	// Send delivers one message of len(payload) bytes to peer on ch. It sets
+	// hdr.Len. It blocks until the payload has been handed to the network (or
+	// copied), so the caller may reuse payload when Send returns.
+	Send(ctx context.Context, peer PeerID, ch Channel, hdr wire.Header, payload []byte) error
+
+	// Recv reads the next message from peer on ch into buf and returns its
+	// header and length. It does not allocate per message. A message longer
+	// than buf is discarded and Recv returns an error wrapping
+	// wire.ErrShortBuffer. Recv works whether or not this side called
+	// Connect: it waits for the peer to open the channel.
+	Recv(ctx context.Context, peer PeerID, ch Channel, buf []byte) (wire.Header, int, error)
+
+	// Close releases every connection and unblocks every pending call with
+	// ErrClosed. It is idempotent.
+	Close() error
+}
+
+// Listener is implemented by transports that accept connections.
+type Listener interface {
+	// Addr returns the address peers should pass to Connect.
+	Addr() string
+}
+
+// Dropper is implemented by transports that can forget a peer, failing its
+// pending calls with a PeerError. The ring uses it to abandon a dead peer.
+type Dropper interface {
+	Drop(peer PeerID, reason error)
+}
