@@ -28,9 +28,13 @@ var (
 	caNotAfter  = time.Date(2124, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// ErrNoPeerCertificate means a TLS connection carried no verified peer
-// certificate.
-var ErrNoPeerCertificate = errors.New("secret: no verified peer certificate")
+var (
+	// ErrNoPeerCertificate means a TLS connection carried no peer certificate.
+	ErrNoPeerCertificate = errors.New("secret: no peer certificate")
+	// ErrUntrusted means a peer certificate does not chain to the cluster CA:
+	// the peer holds another secret, or none.
+	ErrUntrusted = errors.New("secret: certificate not issued by this cluster's CA")
+)
 
 // CA is the cluster certificate authority derived from a Secret.
 type CA struct {
@@ -116,14 +120,24 @@ func (ca *CA) Issue(name string) (*Identity, error) {
 }
 
 // ServerTLS returns a TLS 1.3 server config that presents the leaf and
-// requires a client certificate chained to the cluster CA.
-func (id *Identity) ServerTLS(alpn ...string) *tls.Config {
+// requires a client certificate chained to the cluster CA. The chain is
+// checked in VerifyPeerCertificate rather than by crypto/tls so that a
+// refusal can be reported: onReject, if not nil, is called with the reason
+// for every client refused. quic-go never surfaces failed handshakes to the
+// accepting side, so this is the server's only sight of an intruder.
+func (id *Identity) ServerTLS(onReject func(error), alpn ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{id.cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    id.ca.pool,
+		ClientAuth:   tls.RequireAnyClientCert,
 		NextProtos:   alpn,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			_, err := id.ca.verify(raw)
+			if err != nil && onReject != nil {
+				onReject(err)
+			}
+			return err
+		},
 	}
 }
 
@@ -139,10 +153,32 @@ func (id *Identity) ClientTLS(alpn ...string) *tls.Config {
 	}
 }
 
-// PeerName returns the peer ID from a completed handshake's verified chain.
-func PeerName(cs tls.ConnectionState) (string, error) {
-	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+// PeerName returns the peer ID of a completed handshake. It verifies the
+// peer's leaf against the cluster CA itself, so it is correct whichever
+// side of the connection it is called on.
+func (id *Identity) PeerName(cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
 		return "", ErrNoPeerCertificate
 	}
-	return cs.VerifiedChains[0][0].Subject.CommonName, nil
+	raw := make([][]byte, len(cs.PeerCertificates))
+	for i, c := range cs.PeerCertificates {
+		raw[i] = c.Raw
+	}
+	return id.ca.verify(raw)
+}
+
+// verify checks that raw[0] is a leaf issued by the CA and returns its name.
+func (ca *CA) verify(raw [][]byte) (string, error) {
+	if len(raw) == 0 {
+		return "", ErrNoPeerCertificate
+	}
+	leaf, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
+	opts := x509.VerifyOptions{Roots: ca.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	if _, err := leaf.Verify(opts); err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrUntrusted, leaf.Subject.CommonName, err)
+	}
+	return leaf.Subject.CommonName, nil
 }

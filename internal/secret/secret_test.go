@@ -102,7 +102,7 @@ func TestDerivationsAreDeterministicAndIndependent(t *testing.T) {
 
 // handshake runs a TLS handshake between a client and a server identity over
 // an in-memory pipe and returns each side's error and the names they saw.
-func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr error, clientSaw, serverSaw string) {
+func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr error, clientSaw, serverSaw string, rejected []error) {
 	t.Helper()
 	c, s := net.Pipe()
 	defer c.Close()
@@ -113,19 +113,29 @@ func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr err
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tc := tls.Server(s, server.ServerTLS("gyre/1"))
+		tc := tls.Server(s, server.ServerTLS(func(err error) { rejected = append(rejected, err) }, "gyre/1"))
 		if serverErr = tc.Handshake(); serverErr == nil {
-			serverSaw, serverErr = PeerName(tc.ConnectionState())
+			serverSaw, serverErr = server.PeerName(tc.ConnectionState())
 		}
 		s.Close()
 	}()
 	tc := tls.Client(c, client.ClientTLS("gyre/1"))
 	if clientErr = tc.Handshake(); clientErr == nil {
-		clientSaw, clientErr = PeerName(tc.ConnectionState())
+		clientSaw, clientErr = client.PeerName(tc.ConnectionState())
 	}
 	c.Close()
 	<-done
 	return
+}
+
+// handshakeSkipVerify is handshake with a client that does not check the
+// server, to reach the server's own check of the client.
+func handshakeSkipVerify(t *testing.T, client, server *Identity) (error, error, string, string, []error) {
+	t.Helper()
+	orig := client.ca
+	client.ca = server.ca // trust the server's CA; the leaf still carries the wrong chain
+	defer func() { client.ca = orig }()
+	return handshake(t, client, server)
 }
 
 func issue(t *testing.T, s Secret, name string) *Identity {
@@ -143,7 +153,7 @@ func issue(t *testing.T, s Secret, name string) *Identity {
 
 func TestMutualTLSSameSecret(t *testing.T) {
 	s := mustGenerate(t)
-	cerr, serr, csaw, ssaw := handshake(t, issue(t, s, "w0"), issue(t, s, "w1"))
+	cerr, serr, csaw, ssaw, _ := handshake(t, issue(t, s, "w0"), issue(t, s, "w1"))
 	if cerr != nil || serr != nil {
 		t.Fatalf("handshake failed: client %v, server %v", cerr, serr)
 	}
@@ -155,13 +165,19 @@ func TestMutualTLSSameSecret(t *testing.T) {
 func TestMutualTLSWrongSecretRefused(t *testing.T) {
 	good, bad := mustGenerate(t), mustGenerate(t)
 	t.Run("client without secret", func(t *testing.T) {
-		_, serr, _, _ := handshake(t, issue(t, bad, "intruder"), issue(t, good, "w0"))
+		// The intruder's client cannot verify the server either, so it aborts
+		// first unless it skips verification, as an attacker would.
+		intruder := issue(t, bad, "intruder")
+		_, serr, _, _, rejected := handshakeSkipVerify(t, intruder, issue(t, good, "w0"))
 		if serr == nil {
 			t.Fatal("server accepted a client from another cluster")
 		}
+		if len(rejected) != 1 || !errors.Is(rejected[0], ErrUntrusted) {
+			t.Fatalf("server reported rejections %v, want one ErrUntrusted", rejected)
+		}
 	})
 	t.Run("server without secret", func(t *testing.T) {
-		cerr, _, _, _ := handshake(t, issue(t, good, "w0"), issue(t, bad, "intruder"))
+		cerr, _, _, _, _ := handshake(t, issue(t, good, "w0"), issue(t, bad, "intruder"))
 		if cerr == nil {
 			t.Fatal("client accepted a server from another cluster")
 		}
