@@ -1,0 +1,236 @@
+package gyre
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/wire"
+)
+
+// Transport names accepted by Config.Transport.
+const (
+	TransportQUIC = "quic"
+	TransportTCP  = "tcp"
+)
+
+// Defaults for Config fields left at their zero value.
+const (
+	DefaultTransport = TransportQUIC
+	DefaultListen    = "127.0.0.1:7946"
+	DefaultStripes   = 1
+	DefaultMaxFrame  = wire.DefaultMaxFrame
+	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
+	// the connections, are the limit.
+	MaxStripes = 16
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("gyre: invalid config")
+
+// Config describes one worker. The zero value is usable: every field
+// documents its default, which WithDefaults fills in.
+type Config struct {
+	// Name identifies the worker to its peers and in its certificate.
+	// Default: the advertised data-plane address.
+	Name string
+
+	// Transport is the data-plane transport: "quic" (default) or "tcp"
+	// (TLS 1.3 over TCP, the fast path for datacenter links).
+	Transport string
+	// Insecure switches the tcp transport to plain TCP with no encryption or
+	// authentication. It is refused with quic, and logged as a warning.
+	Insecure bool
+	// Stripes is the number of connections per peer link, so one link can
+	// use several cores. Default 1, at most MaxStripes.
+	Stripes int
+	// MaxFrame is the largest frame payload, in bytes, sent or accepted.
+	// Default wire.DefaultMaxFrame (1 MiB).
+	MaxFrame int
+
+	// KeyFile is the path of the cluster secret written by `gyre keygen`.
+	KeyFile string
+	// Key is the hex-encoded cluster secret itself, an alternative to
+	// KeyFile. Exactly one of the two is required unless Insecure is set.
+	Key string
+
+	// Listen is the gossip address, host:port. Default "127.0.0.1:7946".
+	Listen string
+	// DataAddr is the data-plane listen address. Default: Listen's host
+	// with Listen's port + 1 (port 0 stays 0: pick any free port).
+	DataAddr string
+	// Advertise is the data-plane address peers should use to reach this
+	// worker (NAT, containers). Default: DataAddr.
+	Advertise string
+
+	// Logger receives the runtime's structured logs. Default: the zero
+	// Logger, which discards everything.
+	Logger zerolog.Logger
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Transport == "" {
+		c.Transport = DefaultTransport
+	}
+	if c.Stripes == 0 {
+		c.Stripes = DefaultStripes
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = DefaultMaxFrame
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DataAddr == "" {
+		c.DataAddr = nextPort(c.Listen)
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.DataAddr
+	}
+	if c.Name == "" {
+		c.Name = c.Advertise
+	}
+	return c
+}
+
+// nextPort returns addr with its port incremented, or addr unchanged if it
+// cannot be parsed (Validate reports that) or its port is 0.
+func nextPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1))
+}
+
+// Validate checks c after filling defaults. Each error wraps ErrConfig and
+// names the field at fault; all faults are reported together.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
+	}
+	switch c.Transport {
+	case TransportQUIC:
+		if c.Insecure {
+			bad("Insecure is only available with the tcp transport; quic is always encrypted")
+		}
+	case TransportTCP:
+	default:
+		bad("Transport %q: want %q or %q", c.Transport, TransportQUIC, TransportTCP)
+	}
+	if c.Stripes < 1 || c.Stripes > MaxStripes {
+		bad("Stripes %d: want 1 to %d", c.Stripes, MaxStripes)
+	}
+	if c.MaxFrame < 4<<10 || c.MaxFrame > 64<<20 {
+		bad("MaxFrame %d: want 4 KiB to 64 MiB", c.MaxFrame)
+	}
+	if c.Key != "" && c.KeyFile != "" {
+		bad("give KeyFile or Key, not both")
+	}
+	if c.Key == "" && c.KeyFile == "" && !c.Insecure {
+		bad("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
+	}
+	if c.Key != "" {
+		if _, err := secret.Parse(c.Key); err != nil {
+			bad("Key: %v", err)
+		}
+	}
+	for _, f := range []struct{ name, addr string }{
+		{"Listen", c.Listen}, {"DataAddr", c.DataAddr}, {"Advertise", c.Advertise},
+	} {
+		if err := checkHostPort(f.addr); err != nil {
+			bad("%s %q: %v", f.name, f.addr, err)
+		}
+	}
+	if len(c.Name) > wire.MaxPeerID {
+		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
+	}
+	return errors.Join(errs...)
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("missing host: bind an explicit address such as 127.0.0.1")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// Secret loads the cluster secret from Key or KeyFile. It returns the zero
+// Secret and no error when neither is set, which Validate allows only with
+// Insecure.
+func (c Config) Secret() (secret.Secret, error) {
+	switch {
+	case c.Key != "":
+		return secret.Parse(c.Key)
+	case c.KeyFile != "":
+		return secret.Load(c.KeyFile)
+	}
+	return secret.Secret{}, nil
+}
+
+// Environment variables read by ConfigFromEnv.
+const (
+	EnvTransport = "GYRE_TRANSPORT"
+	EnvInsecure  = "GYRE_INSECURE"
+	EnvStripes   = "GYRE_STRIPES"
+	EnvKeyFile   = "GYRE_KEY_FILE"
+	EnvKey       = "GYRE_KEY"
+	EnvListen    = "GYRE_LISTEN"
+	EnvDataAddr  = "GYRE_DATA_ADDR"
+	EnvAdvertise = "GYRE_ADVERTISE"
+	EnvName      = "GYRE_NAME"
+)
+
+// ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
+// main packages, a map in tests). Unset variables leave their fields zero,
+// so defaults apply; a malformed value is an error naming the variable.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	var c Config
+	var errs []error
+	str := func(name string, dst *string) {
+		if v, ok := lookup(name); ok {
+			*dst = strings.TrimSpace(v)
+		}
+	}
+	str(EnvName, &c.Name)
+	str(EnvTransport, &c.Transport)
+	str(EnvKeyFile, &c.KeyFile)
+	str(EnvKey, &c.Key)
+	str(EnvListen, &c.Listen)
+	str(EnvDataAddr, &c.DataAddr)
+	str(EnvAdvertise, &c.Advertise)
+	if v, ok := lookup(EnvInsecure); ok && strings.TrimSpace(v) != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want true or false", ErrConfig, EnvInsecure, v))
+		}
+		c.Insecure = b
+	}
+	if v, ok := lookup(EnvStripes); ok && strings.TrimSpace(v) != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer", ErrConfig, EnvStripes, v))
+		}
+		c.Stripes = n
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,138 @@
+package gyre
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gyre-ml/gyre/internal/secret"
+)
+
+func testKey(tb testing.TB) string {
+	tb.Helper()
+	s, err := secret.Generate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s.Hex()
+}
+
+func TestWithDefaults(t *testing.T) {
+	c := Config{}.WithDefaults()
+	want := Config{
+		Name:      "127.0.0.1:7947",
+		Transport: TransportQUIC,
+		Stripes:   1,
+		MaxFrame:  DefaultMaxFrame,
+		Listen:    "127.0.0.1:7946",
+		DataAddr:  "127.0.0.1:7947",
+		Advertise: "127.0.0.1:7947",
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+	if got := (Config{Listen: "127.0.0.1:0"}).WithDefaults().DataAddr; got != "127.0.0.1:0" {
+		t.Fatalf("port 0 data address = %q, want it kept at 0", got)
+	}
+	if got := (Config{Listen: "[::1]:9000"}).WithDefaults().DataAddr; got != "[::1]:9001" {
+		t.Fatalf("IPv6 data address = %q", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	key := testKey(t)
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string // substring; "" means valid
+	}{
+		{"defaults with key", Config{Key: key}, ""},
+		{"tcp insecure needs no key", Config{Transport: "tcp", Insecure: true}, ""},
+		{"no secret", Config{}, "cluster secret is required"},
+		{"quic insecure", Config{Key: key, Insecure: true}, "only available with the tcp"},
+		{"unknown transport", Config{Key: key, Transport: "udp"}, `Transport "udp"`},
+		{"too many stripes", Config{Key: key, Stripes: MaxStripes + 1}, "Stripes"},
+		{"negative stripes", Config{Key: key, Stripes: -1}, "Stripes"},
+		{"tiny frame", Config{Key: key, MaxFrame: 100}, "MaxFrame"},
+		{"both key and file", Config{Key: key, KeyFile: "k"}, "not both"},
+		{"bad key", Config{Key: "abc"}, "Key:"},
+		{"bad listen", Config{Key: key, Listen: "localhost"}, "Listen"},
+		{"empty host", Config{Key: key, Listen: ":7946"}, "missing host"},
+		{"bad port", Config{Key: key, DataAddr: "127.0.0.1:99999"}, "DataAddr"},
+		{"long name", Config{Key: key, Name: strings.Repeat("n", 256)}, "Name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate = %v, want ErrConfig mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryFault(t *testing.T) {
+	err := Config{Transport: "x", Stripes: 99}.Validate()
+	for _, want := range []string{"Transport", "Stripes", "secret"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate = %v, want it to mention %s", err, want)
+		}
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	env := map[string]string{
+		EnvTransport: "tcp", EnvInsecure: "true", EnvStripes: " 4 ",
+		EnvKeyFile: "/k", EnvListen: "127.0.0.1:9000", EnvDataAddr: "127.0.0.1:9100",
+		EnvAdvertise: "10.0.0.1:9100", EnvName: "w3",
+	}
+	c, err := ConfigFromEnv(mapLookup(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Name: "w3", Transport: "tcp", Insecure: true, Stripes: 4, KeyFile: "/k",
+		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100"}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
+	}
+	if c, err := ConfigFromEnv(mapLookup(nil)); err != nil || !reflect.DeepEqual(c, Config{}) {
+		t.Fatalf("empty environment gave %+v, %v", c, err)
+	}
+}
+
+func TestConfigFromEnvRejectsMalformed(t *testing.T) {
+	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two"}))
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v, want ErrConfig", err)
+	}
+	for _, name := range []string{EnvInsecure, EnvStripes} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+}
+
+func TestConfigSecret(t *testing.T) {
+	key := testKey(t)
+	s, err := Config{Key: key}.Secret()
+	if err != nil || s.Hex() != key {
+		t.Fatalf("Secret from Key = %v, %v", s, err)
+	}
+	if _, err := (Config{KeyFile: "/nonexistent/key"}).Secret(); err == nil {
+		t.Fatal("missing key file gave no error")
+	}
+	if s, err := (Config{}).Secret(); err != nil || !s.IsZero() {
+		t.Fatalf("no secret configured: %v, %v", s, err)
+	}
+}
+
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
