@@ -1,0 +1,329 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// outPeer is the sending side of one peer: its links and its channels.
+type outPeer struct {
+	t     *Transport
+	id    transport.PeerID
+	ready chan struct{} // closed once Connect has finished
+	err   error         // Connect's result; read after ready
+	links []Link        // one per stripe; set before ready closes
+	dead  error         // why it was dropped or closed; guarded by t.mu
+	chans [transport.NumChannels]*outChan // guarded by t.mu
+}
+
+func newOutPeer(t *Transport, id transport.PeerID) *outPeer {
+	return &outPeer{t: t, id: id, ready: make(chan struct{})}
+}
+
+// killLocked marks op dead and appends what must be closed. t.mu is held.
+func (op *outPeer) killLocked(reason error, closers []io.Closer) []io.Closer {
+	if op.dead != nil {
+		return closers
+	}
+	op.dead = reason
+	for _, l := range op.links {
+		closers = append(closers, l)
+	}
+	for _, oc := range op.chans {
+		if oc != nil {
+			closers = append(closers, oc)
+		}
+	}
+	return closers
+}
+
+// outChan is the sending side of one (peer, channel). Senders take sem in
+// turn, so messages never interleave; the holder of sem owns streams'
+// slots, the writers and the watcher.
+type outChan struct {
+	op  *outPeer
+	ch  transport.Channel
+	sem chan struct{}
+
+	mu      sync.Mutex // guards dead and writes to streams; the sem holder reads without it
+	dead    bool
+	streams []*outStream // one per stripe, opened lazily
+
+	writers []*stripeWriter // one per stripe above 0, started lazily
+	watch   *watcher
+}
+
+// outStream is one open outbound stream.
+type outStream struct {
+	s      Stream
+	w      *wire.Writer
+	closed atomic.Bool
+}
+
+func (s *outStream) close() {
+	if s.closed.CompareAndSwap(false, true) {
+		s.s.Close()
+	}
+}
+
+// Close closes the channel's streams for good (Drop, Close).
+func (oc *outChan) Close() error {
+	oc.mu.Lock()
+	oc.dead = true
+	for _, s := range oc.streams {
+		if s != nil {
+			s.close()
+		}
+	}
+	oc.mu.Unlock()
+	return nil
+}
+
+// resetStreams closes and forgets the open streams; the next Send opens
+// new ones. It is called when a stream may be out of step.
+func (oc *outChan) resetStreams() {
+	oc.mu.Lock()
+	for i, s := range oc.streams {
+		if s != nil {
+			s.close()
+			oc.streams[i] = nil
+		}
+	}
+	oc.mu.Unlock()
+}
+
+// cancel unblocks a Send whose context ended: closing is the only way to
+// interrupt a Write on every Stream.
+func (oc *outChan) cancel() {
+	oc.mu.Lock()
+	for _, s := range oc.streams {
+		if s != nil {
+			s.close()
+		}
+	}
+	oc.mu.Unlock()
+}
+
+// Send writes one message to peer on ch. Messages of at least stripeMin
+// bytes are split over the stripes. It blocks until the payload has been
+// written to the streams (so payload may be reused), ctx is done, or the
+// transport closes. Senders on one (peer, channel) take turns.
+func (t *Transport) Send(ctx context.Context, id transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
+	if err := checkChannel(ch); err != nil {
+		return err
+	}
+	oc, err := t.outChan(id, ch)
+	if err != nil {
+		return err
+	}
+	select {
+	case oc.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.done:
+		return transport.ErrClosed
+	}
+	err = oc.send(ctx, hdr, payload)
+	<-oc.sem
+	return err
+}
+
+// outChan returns the sending side of (id, ch), or ErrNotConnected.
+func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, transport.ErrClosed
+	}
+	p := t.peers[id]
+	if p == nil || p.out == nil {
+		return nil, fmt.Errorf("%w: %s", transport.ErrNotConnected, id)
+	}
+	op := p.out
+	select {
+	case <-op.ready:
+	default:
+		return nil, fmt.Errorf("%w: %s (still connecting)", transport.ErrNotConnected, id)
+	}
+	oc := op.chans[ch]
+	if oc == nil {
+		oc = &outChan{
+			op:      op,
+			ch:      ch,
+			sem:     make(chan struct{}, 1),
+			streams: make([]*outStream, t.cfg.Stripes),
+			writers: make([]*stripeWriter, t.cfg.Stripes),
+		}
+		op.chans[ch] = oc
+	}
+	return oc, nil
+}
+
+// send writes one message. The caller holds oc.sem.
+func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) error {
+	t := oc.op.t
+	hdr.Len = uint64(len(payload))
+	watching := ctx.Done() != nil
+	if watching {
+		if oc.watch == nil {
+			w := newWatcher(oc.cancel)
+			if !t.spawn(func() { w.run(t.done) }) {
+				return transport.ErrClosed
+			}
+			oc.watch = w
+		}
+		if !oc.watch.begin(ctx, t.done) {
+			return transport.ErrClosed
+		}
+	}
+	err := oc.write(ctx, hdr, payload)
+	fired := watching && oc.watch.end()
+	if err == nil && !fired {
+		return nil
+	}
+	// Either the write failed part way, or the watcher closed the streams:
+	// the next Send starts on new streams.
+	oc.resetStreams()
+	if err == nil {
+		return nil // written in full before the cancel closed the streams
+	}
+	if fired && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	t.mu.Lock()
+	closed, dead := t.closed, oc.op.dead
+	t.mu.Unlock()
+	switch {
+	case closed:
+		return transport.ErrClosed
+	case dead != nil:
+		err = dead
+	}
+	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: err}
+}
+
+// write opens the streams the message needs and writes its parts, stripe
+// 0 on this goroutine and the others on their stripe writers.
+func (oc *outChan) write(ctx context.Context, hdr wire.Header, payload []byte) error {
+	k := len(oc.streams)
+	used := stripesUsed(hdr.Len, k)
+	for s := range used {
+		if oc.streams[s] == nil {
+			if err := oc.open(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+	if used == 1 {
+		return oc.streams[0].w.WriteFrames(hdr, payload, 0)
+	}
+	t := oc.op.t
+	var err error
+	sent := 1
+	for ; sent < used; sent++ {
+		lo, hi := part(hdr.Len, k, sent)
+		select {
+		case oc.writers[sent].jobs <- writeJob{w: oc.streams[sent].w, h: hdr, part: payload[lo:hi], off: lo}:
+			continue
+		case <-t.done:
+			err = transport.ErrClosed
+		}
+		break
+	}
+	if err == nil {
+		_, hi := part(hdr.Len, k, 0)
+		err = oc.streams[0].w.WriteFrames(hdr, payload[:hi], 0)
+		if err != nil {
+			oc.cancel() // unblock the other stripes; they are out of step too
+		}
+	}
+	for s := 1; s < sent; s++ {
+		if werr := <-oc.writers[s].done; werr != nil && err == nil {
+			err = werr
+			oc.cancel()
+		}
+	}
+	return err
+}
+
+// open opens stripe s's stream on the link of that stripe and sends the
+// Hello. The caller holds oc.sem.
+func (oc *outChan) open(ctx context.Context, s int) error {
+	t := oc.op.t
+	if s > 0 && oc.writers[s] == nil {
+		w := &stripeWriter{jobs: make(chan writeJob), done: make(chan error, 1)}
+		if !t.spawn(func() { w.run(t.done) }) {
+			return transport.ErrClosed
+		}
+		oc.writers[s] = w
+	}
+	st, err := oc.op.links[s].OpenStream(ctx)
+	if err != nil {
+		return fmt.Errorf("open stream: %w", err)
+	}
+	os := &outStream{s: st, w: wire.NewWriter(st, t.cfg.Limits.MaxFrame)}
+	oc.mu.Lock()
+	if oc.dead {
+		oc.mu.Unlock()
+		st.Close()
+		return errStreamClosed
+	}
+	oc.streams[s] = os
+	oc.mu.Unlock()
+	hello := wire.AppendHello(make([]byte, 0, 16+len(t.cfg.ID)), wire.Hello{
+		From:    string(t.cfg.ID),
+		Channel: uint8(oc.ch),
+		Stripe:  uint8(s),
+		Stripes: uint8(len(oc.streams)),
+	})
+	if _, err := st.Write(hello); err != nil {
+		return fmt.Errorf("write hello: %w", err)
+	}
+	return nil
+}
+
+var errStreamClosed = errors.New("stream closed")
+
+// spawn starts f as a goroutine that Close waits for, unless the transport
+// is closed.
+func (t *Transport) spawn(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.goLocked(f)
+	return true
+}
+
+// stripeWriter writes the parts of striped messages to one stripe. It is
+// a persistent goroutine so that a striped Send allocates nothing.
+type stripeWriter struct {
+	jobs chan writeJob
+	done chan error // one result per job taken
+}
+
+type writeJob struct {
+	w    *wire.Writer
+	h    wire.Header
+	part []byte
+	off  uint64
+}
+
+func (sw *stripeWriter) run(done <-chan struct{}) {
+	for {
+		select {
+		case j := <-sw.jobs:
+			sw.done <- j.w.WriteFrames(j.h, j.part, j.off)
+		case <-done:
+			return
+		}
+	}
+}

@@ -1,0 +1,293 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// stripeMin is the smallest message split over stripes. It is part of the
+// protocol: sender and receiver must compute the same split. Below it the
+// cost of waking several stripe goroutines outweighs the parallelism.
+const stripeMin = 256 << 10
+
+// helloTimeout bounds how long an accepted stream may take to send its
+// Hello, so a silent stream does not hold a goroutine for long.
+const helloTimeout = 5 * time.Second
+
+// maxGens bounds the stream generations queued on one (peer, channel): a
+// peer that keeps reopening a channel faster than it is read is refused
+// rather than allowed to pile up connections.
+const maxGens = 4
+
+// Stream is an outbound byte stream (tcp: a connection; quic: a send
+// stream). Close must unblock a concurrent Write.
+type Stream interface {
+	io.Writer
+	io.Closer
+}
+
+// InStream is an accepted inbound byte stream. Close must unblock a
+// concurrent Read; SetReadDeadline must make a blocked Read return a
+// timeout error and leave the stream readable once the deadline is cleared.
+type InStream interface {
+	io.Reader
+	io.Closer
+	SetReadDeadline(time.Time) error
+}
+
+// Link is one authenticated connection to a peer that can open outbound
+// streams.
+type Link interface {
+	// OpenStream opens a new outbound stream. It blocks until the stream
+	// is usable or ctx is done, and is safe for concurrent use.
+	OpenStream(ctx context.Context) (Stream, error)
+	// Close releases the link. Streams it opened are closed by the core.
+	Close() error
+}
+
+// DialFunc establishes one Link to peer at addr. It must return an error
+// wrapping transport.ErrUnauthenticated when the peer fails the
+// certificate check. It blocks until the link is authenticated or ctx is
+// done.
+type DialFunc func(ctx context.Context, peer transport.PeerID, addr string) (Link, error)
+
+// Config configures the core.
+type Config struct {
+	// ID is this process's peer ID, sent in every Hello.
+	ID transport.PeerID
+	// Limits bound what is accepted from peers. The zero value means
+	// wire.DefaultLimits().
+	Limits wire.Limits
+	// Stripes is the number of links (connections) per peer for outbound
+	// traffic; 0 means 1. At most 255.
+	Stripes int
+	// Dial makes a Link; required.
+	Dial DialFunc
+	// Logger receives rejected hellos, dropped peers and broken streams.
+	Logger zerolog.Logger
+}
+
+// Transport implements transport.Transport and transport.Dropper over the
+// links and inbound streams of a concrete transport. It is safe for
+// concurrent use, with at most one Recv at a time per (peer, channel).
+type Transport struct {
+	cfg    Config
+	log    zerolog.Logger
+	ctx    context.Context // cancelled by Close; ends Hello reads
+	cancel context.CancelFunc
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	peers  map[transport.PeerID]*peer
+
+	closeOnce sync.Once
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Dropper   = (*Transport)(nil)
+)
+
+// peer is everything known about one peer. Guarded by Transport.mu.
+type peer struct {
+	id  transport.PeerID
+	out *outPeer // nil until Connect, and again after Drop
+	in  [transport.NumChannels]*inSlot
+}
+
+// errDropped is the Drop reason when the caller gives none.
+var errDropped = errors.New("dropped")
+
+// New returns a core with no peers. Its goroutines are started lazily.
+func New(cfg Config) (*Transport, error) {
+	if cfg.Limits == (wire.Limits{}) {
+		cfg.Limits = wire.DefaultLimits()
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	if cfg.Stripes == 0 {
+		cfg.Stripes = 1
+	}
+	if cfg.Stripes < 1 || cfg.Stripes > 255 {
+		return nil, fmt.Errorf("streams: Stripes must be 1 to 255, got %d", cfg.Stripes)
+	}
+	if cfg.ID == "" || len(cfg.ID) > wire.MaxPeerID {
+		return nil, fmt.Errorf("streams: ID must be 1 to %d bytes, got %d", wire.MaxPeerID, len(cfg.ID))
+	}
+	if cfg.Dial == nil {
+		return nil, errors.New("streams: Dial is required")
+	}
+	t := &Transport{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		done:  make(chan struct{}),
+		peers: make(map[transport.PeerID]*peer),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// peerLocked returns the state of id, creating it. t.mu must be held.
+func (t *Transport) peerLocked(id transport.PeerID) *peer {
+	p := t.peers[id]
+	if p == nil {
+		p = &peer{id: id}
+		t.peers[id] = p
+	}
+	return p
+}
+
+// goLocked starts f as a goroutine that Close waits for. t.mu must be held
+// and t.closed false.
+func (t *Transport) goLocked(f func()) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+}
+
+// Connect dials cfg.Stripes links to peer at addr. It is idempotent: a call
+// for a connected peer returns nil, and concurrent calls for one peer share
+// one dial. Dial errors are returned in a *transport.PeerError. It blocks
+// until the links are up or ctx is done.
+func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr string) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return transport.ErrClosed
+	}
+	p := t.peerLocked(id)
+	if op := p.out; op != nil {
+		t.mu.Unlock()
+		select {
+		case <-op.ready:
+			return op.err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.done:
+			return transport.ErrClosed
+		}
+	}
+	op := newOutPeer(t, id)
+	p.out = op
+	t.mu.Unlock()
+
+	links := make([]Link, 0, t.cfg.Stripes)
+	var err error
+	for range t.cfg.Stripes {
+		var l Link
+		if l, err = t.cfg.Dial(ctx, id, addr); err != nil {
+			break
+		}
+		links = append(links, l)
+	}
+
+	t.mu.Lock()
+	switch {
+	case t.closed:
+		err = transport.ErrClosed
+	case err != nil:
+		err = &transport.PeerError{Peer: id, Op: "connect", Err: err}
+	case p.out != op:
+		// Dropped while dialing.
+		err = &transport.PeerError{Peer: id, Op: "connect", Err: op.dead}
+	}
+	if err != nil {
+		if p.out == op {
+			p.out = nil // a later Connect retries
+		}
+		op.err = err
+		close(op.ready)
+		t.mu.Unlock()
+		for _, l := range links {
+			l.Close()
+		}
+		return err
+	}
+	op.links = links
+	close(op.ready)
+	t.mu.Unlock()
+	t.log.Debug().Str("peer", string(id)).Str("addr", addr).Int("stripes", len(links)).Msg("connected")
+	return nil
+}
+
+// Drop forgets peer: its links and streams are closed, pending calls on it
+// fail with a *transport.PeerError wrapping reason, and so do later Recvs
+// until the peer opens new streams. Send needs a new Connect. Drop does not
+// block on the network.
+func (t *Transport) Drop(id transport.PeerID, reason error) {
+	if reason == nil {
+		reason = errDropped
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	var closers []io.Closer
+	p := t.peerLocked(id)
+	if op := p.out; op != nil {
+		p.out = nil
+		closers = op.killLocked(reason, closers)
+	}
+	perr := &transport.PeerError{Peer: id, Op: "recv", Err: reason}
+	for ch := range p.in {
+		s := t.slotLocked(p, transport.Channel(ch))
+		closers = s.killLocked(perr, closers)
+	}
+	t.mu.Unlock()
+	for _, c := range closers {
+		c.Close()
+	}
+	t.log.Warn().Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
+}
+
+// Close closes every link and stream and unblocks pending calls with
+// transport.ErrClosed. It is idempotent and returns once every goroutine of
+// the core has ended.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		close(t.done)
+		var closers []io.Closer
+		for _, p := range t.peers {
+			if op := p.out; op != nil {
+				closers = op.killLocked(transport.ErrClosed, closers)
+			}
+			for _, s := range p.in {
+				if s != nil {
+					closers = s.killLocked(transport.ErrClosed, closers)
+				}
+			}
+		}
+		t.mu.Unlock()
+		t.cancel()
+		for _, c := range closers {
+			c.Close()
+		}
+		t.wg.Wait()
+	})
+	return nil
+}
+
+// checkChannel returns transport.ErrBadChannel for an unknown channel.
+func checkChannel(ch transport.Channel) error {
+	if ch >= transport.NumChannels {
+		return fmt.Errorf("%w: %d", transport.ErrBadChannel, ch)
+	}
+	return nil
+}

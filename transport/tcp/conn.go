@@ -1,0 +1,70 @@
+package tcp
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// ackByte is what the server sends once it has accepted a connection
+// (after the TLS handshake and its certificate check, or after the plain
+// preamble). It makes a refusal visible to the dialer at once.
+const ackByte = 0x06
+
+// plainPreamble opens every insecure connection, before the server's
+// acknowledgement, so an insecure dialer and a TLS server (or the other way
+// round) fail fast instead of each waiting for the other to speak.
+const plainPreamble = "GYRE-PLAIN/1\n"
+
+// longAgo is a deadline in the past: it makes a blocked call return.
+var longAgo = time.Unix(1, 0)
+
+// tune sets socket options on a new connection. TCP_NODELAY is Go's
+// default and is what small messages need: a Send is one or two writes,
+// and Nagle would hold the last segment back for an ACK.
+func tune(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+}
+
+// tlsOut is an outbound TLS stream. Close closes the socket directly
+// rather than calling tls.Conn.Close, which sends close_notify under a 5 s
+// write deadline and so could block on a peer that has stopped reading.
+// The receiver sees EOF at a record boundary, which tls reports as io.EOF.
+type tlsOut struct {
+	tc  *tls.Conn
+	raw net.Conn
+}
+
+func (s tlsOut) Write(p []byte) (int, error) { return s.tc.Write(p) }
+func (s tlsOut) Close() error                { return s.raw.Close() }
+
+// tlsIn is an inbound TLS stream; Close closes the socket, as for tlsOut.
+type tlsIn struct {
+	tc  *tls.Conn
+	raw net.Conn
+}
+
+func (s tlsIn) Read(p []byte) (int, error)           { return s.tc.Read(p) }
+func (s tlsIn) SetReadDeadline(d time.Time) error    { return s.raw.SetReadDeadline(d) }
+func (s tlsIn) Close() error                         { return s.raw.Close() }
+func (s tlsIn) ConnectionState() tls.ConnectionState { return s.tc.ConnectionState() }
+
+// readAck reads the server's acknowledgement.
+func readAck(r io.Reader) error {
+	var b [1]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("peer closed the connection before accepting it: %w", err)
+		}
+		return fmt.Errorf("waiting for the peer to accept the connection: %w", err)
+	}
+	if b[0] != ackByte {
+		return fmt.Errorf("peer answered %#02x, not a Gyre acknowledgement", b[0])
+	}
+	return nil
+}

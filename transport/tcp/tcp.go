@@ -1,0 +1,116 @@
+package tcp
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/internal/streams"
+)
+
+// Transport is the TCP transport. It implements transport.Transport,
+// transport.Listener and transport.Dropper, and is safe for concurrent use.
+type Transport struct {
+	cfg       Config
+	log       zerolog.Logger
+	core      *streams.Transport
+	ln        net.Listener
+	clientTLS *tls.Config // nil when insecure
+
+	ctx    context.Context // cancelled by Close; aborts handshakes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Listener  = (*Transport)(nil)
+	_ transport.Dropper   = (*Transport)(nil)
+)
+
+// New binds cfg.Listen and starts accepting connections.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With().Str("transport", "tcp").Str("id", string(cfg.ID)).Logger()
+	t := &Transport{cfg: cfg, log: log}
+	if cfg.Insecure {
+		log.Warn().Msg("insecure: plain TCP, peers are neither authenticated nor encrypted")
+	} else {
+		t.clientTLS = cfg.Identity.ClientTLS(ALPN)
+	}
+	var err error
+	t.core, err = streams.New(streams.Config{
+		ID:      cfg.ID,
+		Limits:  cfg.Limits,
+		Stripes: cfg.Stripes,
+		Dial:    t.dial,
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	var lc net.ListenConfig
+	t.ln, err = lc.Listen(context.Background(), "tcp", cfg.Listen)
+	if err != nil {
+		t.core.Close()
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.wg.Go(t.acceptLoop)
+	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Bool("insecure", cfg.Insecure).Msg("listening")
+	return t, nil
+}
+
+// Addr returns the bound address, which peers pass to Connect.
+func (t *Transport) Addr() string { return t.ln.Addr().String() }
+
+// Connect opens and authenticates a first connection to peer at addr for
+// each stripe, so a wrong secret or a wrong address fails here, with an
+// error wrapping transport.ErrUnauthenticated. See transport.Transport.
+func (t *Transport) Connect(ctx context.Context, peer transport.PeerID, addr string) error {
+	return t.core.Connect(ctx, peer, addr)
+}
+
+// Send sends one message to peer on ch. See transport.Transport.
+func (t *Transport) Send(ctx context.Context, peer transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
+	return t.core.Send(ctx, peer, ch, hdr, payload)
+}
+
+// Recv receives the next message from peer on ch into buf. See
+// transport.Transport.
+func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	return t.core.Recv(ctx, peer, ch, buf)
+}
+
+// Drop forgets peer: its connections, both those this side dialed and
+// those it accepted, are closed, and pending calls fail with a
+// transport.PeerError wrapping reason. Drop does not block.
+func (t *Transport) Drop(peer transport.PeerID, reason error) {
+	t.core.Drop(peer, reason)
+}
+
+// Close stops listening, closes every connection and unblocks pending
+// calls with transport.ErrClosed. It is idempotent and returns once every
+// goroutine of the transport has ended.
+func (t *Transport) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		t.cancel()
+		err = t.ln.Close()
+		t.core.Close()
+		t.wg.Wait()
+		t.log.Debug().Msg("closed")
+	})
+	return err
+}
