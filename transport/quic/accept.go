@@ -1,0 +1,129 @@
+package quic
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"sync/atomic"
+
+	quicgo "github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// handshake is what the server knows about one incoming connection attempt.
+// quic-go never reports a failed handshake to the accepting side, so it is
+// tracked here, through the connection's context, in order to log refusals.
+type handshake struct {
+	remote   net.Addr
+	accepted atomic.Bool // reached Accept
+	refused  atomic.Bool // refusal already logged by the certificate check
+}
+
+type handshakeKey struct{}
+
+// connContext runs for every incoming connection attempt, before the
+// handshake. The context it returns ends with the connection, with the
+// reason as its cause; a connection that ends before it was accepted failed
+// its handshake, and that is logged with the remote address.
+func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
+	h := &handshake{remote: info.RemoteAddr}
+	ctx = context.WithValue(ctx, handshakeKey{}, h)
+	context.AfterFunc(ctx, func() {
+		if h.accepted.Load() || h.refused.Load() {
+			return
+		}
+		t.logOpen(func(log *zerolog.Logger) {
+			log.Warn().Str("remote", h.remote.String()).Err(context.Cause(ctx)).Msg("handshake failed")
+		})
+	})
+	return ctx, nil
+}
+
+// serverTLS returns the listener's TLS config. A config is made per
+// handshake so that a refused client certificate is logged with the
+// client's address.
+func (t *Transport) serverTLS() *tls.Config {
+	id := t.cfg.Identity
+	base := id.ServerTLS(nil, ALPN)
+	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		var remote string
+		if hello.Conn != nil {
+			remote = hello.Conn.RemoteAddr().String()
+		}
+		h, _ := hello.Context().Value(handshakeKey{}).(*handshake)
+		return id.ServerTLS(func(err error) {
+			if h != nil {
+				h.refused.Store(true)
+			}
+			t.logOpen(func(log *zerolog.Logger) {
+				log.Warn().Str("remote", remote).Err(err).Msg("refused: client certificate not issued by this cluster")
+			})
+		}, ALPN), nil
+	}
+	return base
+}
+
+// logOpen logs with f unless the transport is closed. quic-go runs the
+// handshake callbacks on its own goroutines, which may outlive Close; the
+// lock keeps them from logging after Close returned.
+func (t *Transport) logOpen(f func(*zerolog.Logger)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.closed {
+		f(&t.log)
+	}
+}
+
+// acceptLoop accepts connections until Close.
+func (t *Transport) acceptLoop() {
+	for {
+		conn, err := t.ln.Accept(t.ctx)
+		if err != nil {
+			return
+		}
+		if h, ok := conn.Context().Value(handshakeKey{}).(*handshake); ok {
+			h.accepted.Store(true)
+		}
+		t.wg.Go(func() { t.serve(conn) })
+	}
+}
+
+// serve hands every unidirectional stream the peer opens on conn to the
+// core, tagged with the peer name from its certificate, until the
+// connection or the transport closes.
+func (t *Transport) serve(conn *quicgo.Conn) {
+	remote := conn.RemoteAddr().String()
+	name, err := t.cfg.Identity.PeerName(conn.ConnectionState().TLS)
+	if err != nil {
+		// The handshake already verified the chain; this is a bug guard.
+		t.log.Warn().Str("remote", remote).Err(err).Msg("refused: no verified peer name")
+		conn.CloseWithError(codeUnauthenticated, "unauthenticated")
+		return
+	}
+	peer := transport.PeerID(name)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		conn.CloseWithError(codeClosed, "closed")
+		return
+	}
+	t.inbound[conn] = peer
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.inbound, conn)
+		t.mu.Unlock()
+	}()
+	t.log.Debug().Str("peer", name).Str("remote", remote).Msg("accepted")
+
+	for {
+		s, err := conn.AcceptUniStream(t.ctx)
+		if err != nil {
+			t.log.Debug().Str("peer", name).Str("remote", remote).Err(err).Msg("connection ended")
+			return
+		}
+		t.core.Accept(peer, recvStream{s})
+	}
+}

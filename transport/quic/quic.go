@@ -1,0 +1,188 @@
+package quic
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	quicgo "github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/internal/streams"
+)
+
+// Application error codes sent in CONNECTION_CLOSE and stream resets. The
+// peer only logs them; what matters is that it learns at once.
+const (
+	codeClosed          quicgo.ApplicationErrorCode = 0 // orderly close
+	codeDropped         quicgo.ApplicationErrorCode = 1 // the peer was dropped
+	codeUnauthenticated quicgo.ApplicationErrorCode = 2 // wrong certificate name
+	codeStreamClosed    quicgo.StreamErrorCode      = 0
+)
+
+// Transport is the QUIC transport. It implements transport.Transport,
+// transport.Listener and transport.Dropper, and is safe for concurrent use.
+type Transport struct {
+	cfg  Config
+	log  zerolog.Logger
+	core *streams.Transport
+
+	udp *net.UDPConn
+	qt  *quicgo.Transport
+	ln  *quicgo.Listener
+
+	ctx    context.Context // cancelled by Close; ends the accept loops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	inbound map[*quicgo.Conn]transport.PeerID // accepted connections, closed by Drop and Close
+	closed  bool
+
+	closeOnce sync.Once
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Listener  = (*Transport)(nil)
+	_ transport.Dropper   = (*Transport)(nil)
+)
+
+// New binds cfg.Listen and starts accepting connections.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With().Str("transport", "quic").Str("id", string(cfg.ID)).Logger()
+
+	laddr, err := net.ResolveUDPAddr("udp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("quic: listen address: %w", err)
+	}
+	udp, err := net.ListenUDP("udp", laddr)
+	if err != nil {
+		return nil, fmt.Errorf("quic: %w", err)
+	}
+	setSocketBuffers(udp, log)
+
+	// A stateless reset key lets this process tell a peer at once that a
+	// connection it no longer knows is gone, instead of the peer waiting
+	// for its idle timeout.
+	var resetKey quicgo.StatelessResetKey
+	if _, err := rand.Read(resetKey[:]); err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("quic: stateless reset key: %w", err)
+	}
+	t := &Transport{
+		cfg:     cfg,
+		log:     log,
+		udp:     udp,
+		inbound: make(map[*quicgo.Conn]transport.PeerID),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.qt = &quicgo.Transport{
+		Conn:              udp,
+		StatelessResetKey: &resetKey,
+		ConnContext:       t.connContext,
+	}
+	t.ln, err = t.qt.Listen(t.serverTLS(), cfg.quicConfig(false))
+	if err != nil {
+		t.cancel()
+		t.qt.Close()
+		udp.Close()
+		return nil, fmt.Errorf("quic: listen: %w", err)
+	}
+	t.core, err = streams.New(streams.Config{
+		ID:      cfg.ID,
+		Limits:  cfg.Limits,
+		Stripes: cfg.Stripes,
+		Dial:    t.dial,
+		Logger:  log,
+	})
+	if err != nil {
+		t.cancel()
+		t.ln.Close()
+		t.qt.Close()
+		udp.Close()
+		return nil, fmt.Errorf("quic: %w", err)
+	}
+	t.wg.Go(t.acceptLoop)
+	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Msg("listening")
+	return t, nil
+}
+
+// Addr returns the bound UDP address, which peers pass to Connect.
+func (t *Transport) Addr() string { return t.udp.LocalAddr().String() }
+
+// Connect dials peer at addr (cfg.Stripes connections) and checks that its
+// certificate names peer. See transport.Transport.
+func (t *Transport) Connect(ctx context.Context, peer transport.PeerID, addr string) error {
+	return t.core.Connect(ctx, peer, addr)
+}
+
+// Send sends one message to peer on ch. See transport.Transport.
+func (t *Transport) Send(ctx context.Context, peer transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
+	return t.core.Send(ctx, peer, ch, hdr, payload)
+}
+
+// Recv receives the next message from peer on ch into buf. See
+// transport.Transport.
+func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	h, n, err := t.core.Recv(ctx, peer, ch, buf)
+	if err != nil && (errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge)) {
+		// The core has dropped the peer for sending garbage; its
+		// connections here go too, with whatever they have buffered.
+		t.closeInbound(peer, codeDropped, "malformed input")
+	}
+	return h, n, err
+}
+
+// Drop forgets peer: pending calls fail with a PeerError wrapping reason,
+// and the connections it dialed to this process are closed, so the peer
+// learns at once that it was dropped.
+func (t *Transport) Drop(peer transport.PeerID, reason error) {
+	t.core.Drop(peer, reason)
+	t.closeInbound(peer, codeDropped, "dropped")
+}
+
+// Close closes every connection and the socket, and unblocks pending calls
+// with transport.ErrClosed. It is idempotent.
+func (t *Transport) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+		t.cancel()
+		err = t.core.Close()
+		t.closeInbound("", codeClosed, "closed")
+		// Listener and Transport close after the connections, so the
+		// CONNECTION_CLOSE frames above are sent rather than cut off.
+		err = errors.Join(err, t.ln.Close(), t.qt.Close(), t.udp.Close())
+		t.wg.Wait()
+		t.log.Debug().Msg("closed")
+	})
+	return err
+}
+
+// closeInbound closes the accepted connections from peer, or all of them
+// if peer is empty.
+func (t *Transport) closeInbound(peer transport.PeerID, code quicgo.ApplicationErrorCode, msg string) {
+	t.mu.Lock()
+	var conns []*quicgo.Conn
+	for c, p := range t.inbound {
+		if peer == "" || p == peer {
+			conns = append(conns, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.CloseWithError(code, msg)
+	}
+}

@@ -1,0 +1,503 @@
+package quic
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"net"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/transporttest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, newNodes(nil))
+}
+
+func TestConformanceStripes2(t *testing.T) {
+	transporttest.Run(t, newNodes(func(c *Config) { c.Stripes = 2 }))
+}
+
+func TestConfigValidate(t *testing.T) {
+	ca := testCA(t)
+	id := issue(t, ca, "a")
+	good := Config{ID: "a", Identity: id, Listen: "127.0.0.1:0"}
+	tests := []struct {
+		name   string
+		adjust func(*Config)
+		want   string // substring of the error; empty means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no ID", func(c *Config) { c.ID = "" }, "ID is required"},
+		{"no identity", func(c *Config) { c.Identity = nil }, "Identity is required"},
+		{"name differs", func(c *Config) { c.ID = "b" }, "differs from ID"},
+		{"no listen", func(c *Config) { c.Listen = "" }, "Listen is required"},
+		{"stripes", func(c *Config) { c.Stripes = 256 }, "Stripes"},
+		{"negative timeout", func(c *Config) { c.IdleTimeout = -time.Second }, "negative"},
+		{"windows", func(c *Config) { c.StreamWindow, c.ConnWindow = 8<<20, 1<<20 }, "ConnWindow"},
+		{"bad limits", func(c *Config) { c.Limits = wire.Limits{MaxMessage: 10} }, "MaxFrame"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.adjust(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate: got %v, want an error containing %q", err, tt.want)
+			}
+			if _, err := New(c); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+	if _, err := New(Config{ID: "a", Identity: id, Listen: "256.0.0.1:1"}); err == nil {
+		t.Fatal("New accepted an unusable listen address")
+	}
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+	}
+}
+
+// loggedNode starts a node whose warnings go to the returned buffer.
+func loggedNode(t *testing.T, ca *secret.CA, id string) (*Transport, *logBuffer) {
+	logs := &logBuffer{}
+	tr := newNode(t, ca, id, func(c *Config) {
+		c.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
+	})
+	return tr, logs
+}
+
+// TestWrongSecretRefused checks that nodes of different clusters cannot
+// connect, and that both sides log why.
+func TestWrongSecretRefused(t *testing.T) {
+	ours, theirs := testCA(t), testCA(t)
+	a, aLog := loggedNode(t, ours, "a")
+	x, xLog := loggedNode(t, theirs, "x")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	err := x.Connect(ctx, "a", a.Addr())
+	if !errors.Is(err, transport.ErrUnauthenticated) {
+		t.Fatalf("Connect with another secret: got %v, want ErrUnauthenticated", err)
+	}
+	t.Logf("dialer's error: %v", err)
+	if s := xLog.String(); !strings.Contains(s, "refused") || !strings.Contains(s, a.Addr()) {
+		t.Errorf("dialer's log does not say it refused %s:\n%s", a.Addr(), s)
+	}
+	// The dialer rejects the server's certificate first, so the server only
+	// sees the handshake fail; it logs that with the dialer's address.
+	eventually(t, 5*time.Second, "server did not log the failed handshake", func() bool {
+		s := aLog.String()
+		return strings.Contains(s, "handshake failed") && strings.Contains(s, x.Addr())
+	})
+
+	// A client that skips verifying the server still cannot get in: its
+	// certificate is refused, and the server logs the refusal.
+	y := issue(t, theirs, "y")
+	tc := y.ClientTLS(ALPN)
+	tc.InsecureSkipVerify = true
+	conn, err := quicgo.DialAddr(ctx, a.Addr(), tc, nil)
+	if err == nil {
+		// In TLS 1.3 the client finishes before the server checks its
+		// certificate; the refusal then closes the connection.
+		select {
+		case <-conn.Context().Done():
+			err = context.Cause(conn.Context())
+		case <-ctx.Done():
+			t.Fatal("connection with an untrusted client certificate stayed open")
+		}
+		_, oerr := conn.AcceptUniStream(ctx)
+		if oerr == nil {
+			t.Fatal("connection with an untrusted client certificate is usable")
+		}
+	}
+	t.Logf("untrusted client: %v", err)
+	eventually(t, 5*time.Second, "server did not log the refused certificate", func() bool {
+		return strings.Contains(aLog.String(), "refused: client certificate not issued by this cluster")
+	})
+
+	// And a client with no certificate at all.
+	failed := strings.Count(aLog.String(), "handshake failed")
+	conn, err = quicgo.DialAddr(ctx, a.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{ALPN}}, nil)
+	if err == nil {
+		select {
+		case <-conn.Context().Done():
+		case <-ctx.Done():
+			t.Fatal("connection without a client certificate stayed open")
+		}
+	}
+	eventually(t, 5*time.Second, "server did not log the certificate-less client", func() bool {
+		return strings.Count(aLog.String(), "handshake failed") > failed
+	})
+}
+
+// rawPeer is an authenticated peer driven by hand, with a real leaf of the
+// cluster, to send what a Transport never would.
+type rawPeer struct {
+	qt   *quicgo.Transport
+	conn *quicgo.Conn
+}
+
+func dialRaw(t *testing.T, ctx context.Context, ca *secret.CA, name, addr string) *rawPeer {
+	t.Helper()
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &rawPeer{qt: &quicgo.Transport{Conn: udp}}
+	t.Cleanup(func() {
+		if p.conn != nil {
+			p.conn.CloseWithError(0, "")
+		}
+		p.qt.Close()
+		udp.Close()
+	})
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.conn, err = p.qt.Dial(ctx, ua, issue(t, ca, name).ClientTLS(ALPN), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// open opens a stream and sends a valid Hello from name on ch.
+func (p *rawPeer) open(t *testing.T, ctx context.Context, name string, ch transport.Channel) *quicgo.SendStream {
+	t.Helper()
+	s, err := p.conn.OpenUniStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(wire.AppendHello(nil, wire.Hello{From: name, Channel: uint8(ch), Stripe: 0, Stripes: 1})); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func frameHeader(f wire.FrameHeader) []byte {
+	b := make([]byte, wire.FrameHeaderSize)
+	f.Encode(b)
+	return b
+}
+
+// recvErr runs a Recv from peer and returns its error and how long it took.
+func recvErr(ctx context.Context, tr *Transport, peer transport.PeerID, buf []byte) (error, time.Duration) {
+	start := time.Now()
+	_, _, err := tr.Recv(ctx, peer, transport.ChanData, buf)
+	return err, time.Since(start)
+}
+
+// TestPeerClosesMidMessage checks that a peer closing its connection in
+// the middle of a message fails the Recv at once with a PeerError.
+func TestPeerClosesMidMessage(t *testing.T) {
+	ca := testCA(t)
+	b := newNode(t, ca, "b", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	p := dialRaw(t, ctx, ca, "m", b.Addr())
+	s := p.open(t, ctx, "m", transport.ChanData)
+	const size = 8 << 20
+	s.Write(frameHeader(wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: size}, Size: 1 << 20}))
+	s.Write(make([]byte, 300<<10))
+	go func() {
+		time.Sleep(200 * time.Millisecond) // let Recv start reading the message
+		p.conn.CloseWithError(0, "bye")
+	}()
+	err, took := recvErr(ctx, b, "m", make([]byte, size))
+	t.Logf("Recv after %v: %v", took, err)
+	if peer, ok := transport.PeerOf(err); !ok || peer != "m" || !errors.Is(err, transport.ErrPeerGone) {
+		t.Fatalf("Recv: got %v, want a PeerError for m", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("Recv took %v to notice the closed connection", took)
+	}
+}
+
+// TestPeerVanishes checks that a peer that disappears without closing its
+// connection fails the Recv once the idle timeout passes.
+func TestPeerVanishes(t *testing.T) {
+	ca := testCA(t)
+	const idle = time.Second
+	b := newNode(t, ca, "b", func(c *Config) { c.IdleTimeout = idle })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	p := dialRaw(t, ctx, ca, "v", b.Addr())
+	s := p.open(t, ctx, "v", transport.ChanData)
+	s.Write(frameHeader(wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: 1 << 20}, Size: 1 << 20}))
+	s.Write(make([]byte, 100<<10))
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		p.qt.Close() // drops the connection without a CONNECTION_CLOSE
+	}()
+	err, took := recvErr(ctx, b, "v", make([]byte, 1<<20))
+	t.Logf("Recv after %v: %v", took, err)
+	if peer, ok := transport.PeerOf(err); !ok || peer != "v" {
+		t.Fatalf("Recv: got %v, want a PeerError for v", err)
+	}
+	if took > idle+3*time.Second {
+		t.Errorf("Recv took %v to notice a vanished peer with a %v idle timeout", took, idle)
+	}
+}
+
+// TestDropClosesConnections checks that Drop closes the connections the
+// dropped peer dialed, so that its sends fail at once.
+func TestDropClosesConnections(t *testing.T) {
+	nodes := newNodes(nil)(t, 2)
+	a, b := nodes[0], nodes[1]
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	transporttest.ConnectAll(t, ctx, nodes)
+	if err := a.T.Send(ctx, b.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.T.Recv(ctx, a.ID, transport.ChanData, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b.T.(transport.Dropper).Drop(a.ID, errors.New("test drop"))
+	eventually(t, 5*time.Second, "sends to the dropping peer still succeed", func() bool {
+		err := a.T.Send(ctx, b.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, []byte("x"))
+		return errors.Is(err, transport.ErrPeerGone)
+	})
+}
+
+// TestHostileDatagrams sends junk to the QUIC port of a node while it
+// exchanges messages with a legitimate peer, which must not notice.
+func TestHostileDatagrams(t *testing.T) {
+	nodes := newNodes(nil)(t, 3)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	transporttest.ConnectAll(t, ctx, nodes[:2])
+
+	junk, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	target, _ := net.ResolveUDPAddr("udp", b.Addr)
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, d := range hostileDatagrams(i) {
+				if _, err := junk.WriteToUDP(d, target); err == nil {
+					sent.Add(1)
+				}
+			}
+			if i%8 == 7 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+
+	// Exchange messages both ways until a good amount of junk has gone in.
+	const junkWanted = 4000
+	payload := make([]byte, 64<<10)
+	buf := make([]byte, len(payload))
+	msgs := 0
+	for i := 0; i < 50 || sent.Load() < junkWanted; i++ {
+		from, to := a, b
+		if i%2 == 1 {
+			from, to = b, a
+		}
+		transporttest.FillPattern(payload, uint64(i))
+		done := make(chan error, 1)
+		go func() {
+			done <- from.T.Send(ctx, to.ID, transport.ChanData, wire.Header{Kind: wire.KindData, Seq: uint64(i)}, payload)
+		}()
+		h, n, err := to.T.Recv(ctx, from.ID, transport.ChanData, buf)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if h.Seq != uint64(i) || n != len(payload) {
+			t.Fatalf("message %d: seq %d, %d bytes", i, h.Seq, n)
+		}
+		if err := transporttest.CheckPattern(buf, uint64(i)); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		msgs++
+	}
+	close(stop)
+	<-stopped
+	t.Logf("%d junk datagrams sent during %d messages", sent.Load(), msgs)
+
+	// The listener still accepts new peers.
+	if err := c.T.Connect(ctx, b.ID, b.Addr); err != nil {
+		t.Fatalf("connect after the junk: %v", err)
+	}
+	if err := c.T.Send(ctx, b.ID, transport.ChanControl, wire.Header{Kind: wire.KindControl}, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, n, err := b.T.Recv(ctx, c.ID, transport.ChanControl, make([]byte, 2)); err != nil || n != 2 {
+		t.Fatalf("recv from a new peer after the junk: %d bytes, %v", n, err)
+	}
+}
+
+// hostileDatagrams returns the junk of round i: random bytes of random
+// length, a TLS record carrying a ClientHello, and QUIC Initial long
+// headers with garbage inside, for a known and an unknown version.
+func hostileDatagrams(i int) [][]byte {
+	random := make([]byte, 1+i*37%1500)
+	rand.Read(random)
+
+	hello := []byte{0x16, 0x03, 0x01, 0x00, 0xc4, 0x01, 0x00, 0x00, 0xc0, 0x03, 0x03}
+	hello = append(hello, make([]byte, 0xc4-6)...)
+	rand.Read(hello[11:43])
+
+	initial := make([]byte, 1200)
+	rand.Read(initial)
+	initial[0] = 0xc0 | initial[0]&0x0f // long header, Initial
+	copy(initial[1:5], []byte{0, 0, 0, 1})
+	initial[5] = 8 // destination connection ID length
+
+	unknown := make([]byte, 1200)
+	rand.Read(unknown)
+	unknown[0] |= 0xc0
+	copy(unknown[1:5], []byte{0x1a, 0x2a, 0x3a, 0x4a})
+	unknown[5] = 8
+	return [][]byte{random, hello, initial, unknown}
+}
+
+// heapObjects returns the bytes in live heap objects after a GC.
+func heapObjects() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestMaliciousPeer checks that an authenticated peer sending frames that
+// claim huge lengths, or garbage, gets a typed error, is dropped, and
+// cannot make the receiver allocate what it claims.
+func TestMaliciousPeer(t *testing.T) {
+	junk := make([]byte, wire.FrameHeaderSize)
+	rand.Read(junk)
+	tests := []struct {
+		name string
+		send [][]byte
+		want error
+	}{
+		{"message over 4 GiB", [][]byte{
+			frameHeader(wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: 1<<32 + 1<<20}, Size: 1 << 20}),
+		}, wire.ErrTooLarge},
+		{"frame over limit", [][]byte{
+			frameHeader(wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: 1 << 31}, Size: 1 << 31}),
+		}, wire.ErrTooLarge},
+		{"4 GiB message then garbage", [][]byte{
+			frameHeader(wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: wire.DefaultMaxMessage}, Size: 64 << 10}),
+			make([]byte, 64<<10),
+			junk,
+		}, wire.ErrMalformed},
+		{"garbage header", [][]byte{junk}, wire.ErrMalformed},
+	}
+	ca := testCA(t)
+	b := newNode(t, ca, "b", nil)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			name := "mallory-" + string(rune('a'+i))
+			before := heapObjects()
+			p := dialRaw(t, ctx, ca, name, b.Addr())
+			s := p.open(t, ctx, name, transport.ChanData)
+			for _, d := range tt.send {
+				s.Write(d)
+			}
+			err, took := recvErr(ctx, b, transport.PeerID(name), make([]byte, 4096))
+			t.Logf("Recv after %v: %v", took, err)
+			if peer, ok := transport.PeerOf(err); !ok || peer != transport.PeerID(name) || !errors.Is(err, tt.want) {
+				t.Fatalf("Recv: got %v, want a PeerError for %s wrapping %v", err, name, tt.want)
+			}
+			select {
+			case <-p.conn.Context().Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the malicious peer's connection is still open")
+			}
+			if grew := int64(heapObjects()) - int64(before); grew >= int64(wire.DefaultMaxFrame) {
+				t.Errorf("heap grew by %d bytes, frame limit is %d", grew, wire.DefaultMaxFrame)
+			} else {
+				t.Logf("heap grew by %d bytes", grew)
+			}
+		})
+	}
+}
+
+// TestCloseLeavesNoGoroutines checks that a used and closed transport
+// leaves no goroutine behind.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ca := testCA(t)
+	nodes := make([]transporttest.Node, 2)
+	for i, id := range []string{"a", "b"} {
+		tr, err := New(Config{ID: transport.PeerID(id), Identity: issue(t, ca, id), Listen: "127.0.0.1:0", Stripes: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = transporttest.Node{ID: transport.PeerID(id), T: tr, Addr: tr.Addr()}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	transporttest.ConnectAll(t, ctx, nodes)
+	p := make([]byte, 1<<20)
+	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+		from, to := nodes[dir[0]], nodes[dir[1]]
+		done := make(chan error, 1)
+		go func() { done <- from.T.Send(ctx, to.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, p) }()
+		if _, _, err := to.T.Recv(ctx, from.ID, transport.ChanData, make([]byte, len(p))); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		if err := n.T.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	goleak.VerifyNone(t, ignore)
+}
