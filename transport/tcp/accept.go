@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -95,7 +96,23 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	// dialer never reads again, and unread bytes at close make its kernel
 	// reset the connection. Session tickets would be such bytes.
 	cfg.SessionTicketsDisabled = true
-	tc := tls.Server(c, cfg)
+	// A TLS connection starts with a handshake record (0x16); an insecure
+	// Gyre client starts with its preamble. Tell the latter it needs
+	// authentication, so its Connect fails with ErrUnauthenticated rather
+	// than an unexplained close.
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		t.log.Warn().Str("remote", remote).Err(err).Msg("refused: no TLS handshake")
+		return nil, "", err
+	}
+	if first[0] == plainPreamble[0] {
+		if err := readPreamble(io.MultiReader(bytes.NewReader(first[:]), c)); err == nil {
+			c.Write([]byte{nackByte})
+			t.log.Warn().Str("remote", remote).Msg("refused: insecure client; this transport requires TLS")
+			return nil, "", errInsecureClient
+		}
+	}
+	tc := tls.Server(&prefixConn{Conn: c, first: first[0]}, cfg)
 	err := tc.Handshake()
 	var name string
 	if err == nil {
@@ -115,9 +132,9 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 
 // readPreamble checks an insecure client's preamble. It reads a fixed
 // number of bytes, whatever the client sends.
-func readPreamble(c net.Conn) error {
+func readPreamble(r io.Reader) error {
 	var b [len(plainPreamble)]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return err
 	}
 	if string(b[:]) != plainPreamble {
@@ -126,4 +143,24 @@ func readPreamble(c net.Conn) error {
 	return nil
 }
 
-var errBadPreamble = errors.New("bad preamble (a TLS client on an insecure transport?)")
+var (
+	errBadPreamble    = errors.New("bad preamble (a TLS client on an insecure transport?)")
+	errInsecureClient = errors.New("insecure client")
+)
+
+// prefixConn gives back the byte serveTLS read to tell TLS from plain
+// clients before the rest of the connection.
+type prefixConn struct {
+	net.Conn
+	first byte
+	done  bool
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if !c.done && len(p) > 0 {
+		c.done = true
+		p[0] = c.first
+		return 1, nil
+	}
+	return c.Conn.Read(p)
+}

@@ -7,12 +7,18 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // ackByte is what the server sends once it has accepted a connection
 // (after the TLS handshake and its certificate check, or after the plain
 // preamble). It makes a refusal visible to the dialer at once.
 const ackByte = 0x06
+
+// nackByte is what a TLS server answers an insecure client before closing:
+// authentication is required.
+const nackByte = 0x15
 
 // plainPreamble opens every insecure connection, before the server's
 // acknowledgement, so an insecure dialer and a TLS server (or the other way
@@ -63,8 +69,11 @@ func readAck(r io.Reader) error {
 		}
 		return fmt.Errorf("waiting for the peer to accept the connection: %w", err)
 	}
-	if b[0] != ackByte {
-		return fmt.Errorf("peer answered %#02x, not a Gyre acknowledgement", b[0])
+	switch b[0] {
+	case ackByte:
+		return nil
+	case nackByte:
+		return fmt.Errorf("%w: the peer requires TLS; this transport is insecure", transport.ErrUnauthenticated)
 	}
-	return nil
+	return fmt.Errorf("peer answered %#02x, not a Gyre acknowledgement", b[0])
 }

@@ -16,10 +16,10 @@ import (
 type outPeer struct {
 	t     *Transport
 	id    transport.PeerID
-	ready chan struct{} // closed once Connect has finished
-	err   error         // Connect's result; read after ready
-	links []Link        // one per stripe; set before ready closes
-	dead  error         // why it was dropped or closed; guarded by t.mu
+	ready chan struct{}                   // closed once Connect has finished
+	err   error                           // Connect's result; read after ready
+	links []Link                          // one per stripe; set before ready closes
+	dead  error                           // why it was dropped or closed; guarded by t.mu
 	chans [transport.NumChannels]*outChan // guarded by t.mu
 }
 

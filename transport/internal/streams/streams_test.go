@@ -1,0 +1,308 @@
+package streams
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/transporttest"
+)
+
+func TestPart(t *testing.T) {
+	sizes := []uint64{0, 1, stripeMin - 1, stripeMin, stripeMin + 1, 1 << 20, 64<<20 + 7}
+	for _, k := range []int{1, 2, 3, 4, 7, 255} {
+		for _, n := range sizes {
+			used := stripesUsed(n, k)
+			if want := map[bool]int{true: k, false: 1}[k > 1 && n >= stripeMin]; used != want {
+				t.Fatalf("stripesUsed(%d, %d) = %d, want %d", n, k, used, want)
+			}
+			var next uint64
+			var lens []uint64
+			for s := range k {
+				lo, hi := part(n, k, s)
+				if s >= used {
+					if lo != hi {
+						t.Fatalf("part(%d, %d, %d) = [%d,%d), want empty", n, k, s, lo, hi)
+					}
+					continue
+				}
+				if lo != next || hi < lo {
+					t.Fatalf("part(%d, %d, %d) = [%d,%d), want to start at %d", n, k, s, lo, hi, next)
+				}
+				next = hi
+				lens = append(lens, hi-lo)
+			}
+			if next != n {
+				t.Fatalf("parts of %d over %d stripes end at %d", n, k, next)
+			}
+			for _, l := range lens {
+				if l+1 < lens[0] || l > lens[0] {
+					t.Fatalf("parts of %d over %d stripes are uneven: %v", n, k, lens)
+				}
+			}
+		}
+	}
+}
+
+// testNet connects cores in process through loopback TCP pairs: a Link's
+// OpenStream makes a pair and hands one end to the target core's Accept,
+// as a real transport's accept loop would, with the dialer's ID as the
+// verified name.
+type testNet struct {
+	mu    sync.Mutex
+	nodes map[string]*Transport
+	ln    net.Listener
+	pairs sync.Mutex
+}
+
+func newTestNet(tb testing.TB) *testNet {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	return &testNet{nodes: make(map[string]*Transport), ln: ln}
+}
+
+func (n *testNet) pair() (net.Conn, net.Conn, error) {
+	n.pairs.Lock()
+	defer n.pairs.Unlock()
+	a, err := net.Dial("tcp", n.ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := n.ln.Accept()
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+var errNoSuchNode = errors.New("no node at that address")
+
+func (n *testNet) add(tb testing.TB, id string, adjust func(*Config)) *Transport {
+	tb.Helper()
+	cfg := Config{ID: transport.PeerID(id)}
+	cfg.Dial = func(ctx context.Context, peer transport.PeerID, addr string) (Link, error) {
+		n.mu.Lock()
+		dst := n.nodes[addr]
+		n.mu.Unlock()
+		if dst == nil {
+			return nil, errNoSuchNode
+		}
+		return &testLink{net: n, from: cfg.ID, dst: dst}, nil
+	}
+	if t, ok := tb.(*testing.T); ok {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	tr, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tr.Close() })
+	n.mu.Lock()
+	n.nodes[id] = tr
+	n.mu.Unlock()
+	return tr
+}
+
+type testLink struct {
+	net  *testNet
+	from transport.PeerID
+	dst  *Transport
+}
+
+func (l *testLink) OpenStream(ctx context.Context) (Stream, error) {
+	a, b, err := l.net.pair()
+	if err != nil {
+		return nil, err
+	}
+	l.dst.Accept(l.from, b)
+	return a, nil
+}
+
+func (l *testLink) Close() error { return nil }
+
+func newNodes(adjust func(*Config)) transporttest.NewNodes {
+	return func(tb testing.TB, n int) []transporttest.Node {
+		tb.Helper()
+		tn := newTestNet(tb)
+		nodes := make([]transporttest.Node, n)
+		for i := range nodes {
+			id := fmt.Sprintf("node-%d", i)
+			nodes[i] = transporttest.Node{ID: transport.PeerID(id), T: tn.add(tb, id, adjust), Addr: id}
+		}
+		return nodes
+	}
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, newNodes(nil))
+}
+
+// TestConformanceStripesSmallFrames runs the suite with 4 stripes and a
+// small frame limit, so striped messages span many frames per stripe.
+func TestConformanceStripesSmallFrames(t *testing.T) {
+	transporttest.Run(t, newNodes(func(c *Config) {
+		c.Stripes = 4
+		c.Limits = wire.Limits{MaxFrame: 16 << 10, MaxMessage: wire.DefaultMaxMessage}
+	}))
+}
+
+func TestNewValidates(t *testing.T) {
+	dial := func(context.Context, transport.PeerID, string) (Link, error) { return nil, nil }
+	for name, cfg := range map[string]Config{
+		"no id":      {Dial: dial},
+		"long id":    {ID: transport.PeerID(strings.Repeat("x", 256)), Dial: dial},
+		"no dial":    {ID: "a"},
+		"stripes":    {ID: "a", Dial: dial, Stripes: 256},
+		"bad limits": {ID: "a", Dial: dial, Limits: wire.Limits{MaxFrame: 1}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}
+
+func TestConnectError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	refuse := fmt.Errorf("%w: test", transport.ErrUnauthenticated)
+	calls := 0
+	tr, err := New(Config{ID: "a", Stripes: 2, Dial: func(context.Context, transport.PeerID, string) (Link, error) {
+		calls++
+		return nil, refuse
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for i := range 2 { // a failed Connect is not remembered: it is retried
+		err := tr.Connect(ctx, "b", "b")
+		var pe *transport.PeerError
+		if !errors.As(err, &pe) || pe.Op != "connect" || pe.Peer != "b" || !errors.Is(err, transport.ErrUnauthenticated) {
+			t.Fatalf("Connect %d: %v, want a connect PeerError wrapping ErrUnauthenticated", i, err)
+		}
+	}
+	if calls != 2 {
+		t.Fatalf("Dial called %d times, want 2", calls)
+	}
+	if err := tr.Send(ctx, "b", transport.ChanData, wire.Header{Kind: wire.KindData}, nil); !errors.Is(err, transport.ErrNotConnected) {
+		t.Fatalf("Send after failed Connect: %v, want ErrNotConnected", err)
+	}
+}
+
+// logBuffer is a concurrency-safe zerolog sink.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func TestAcceptRejectsBadHellos(t *testing.T) {
+	var log logBuffer
+	tn := newTestNet(t)
+	a := tn.add(t, "a", func(c *Config) { c.Logger = zerolog.New(&log) })
+	for _, tc := range []struct {
+		name     string
+		verified transport.PeerID
+		hello    []byte
+		want     string
+	}{
+		{"garbage", "b", []byte("GET / HTTP/1.1\r\n\r\n"), "bad hello magic"},
+		{"impostor", "b", wire.AppendHello(nil, wire.Hello{From: "c", Stripes: 1}), `certificate names \"b\"`},
+		{"unknown channel", "b", wire.AppendHello(nil, wire.Hello{From: "b", Channel: 9, Stripes: 1}), "unknown channel 9"},
+		{"stripe out of range", "", wire.AppendHello(nil, wire.Hello{From: "b", Stripe: 2, Stripes: 2}), "stripe 2 of 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, err := tn.pair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			a.Accept(tc.verified, s)
+			c.Write(tc.hello)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+				t.Fatalf("stream with a bad hello not closed: %v", err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(log.String(), tc.want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("log lacks %q:\n%s", tc.want, log.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestReopenedChannelQueues checks that when a peer opens a channel anew
+// (it restarted, or a cancelled Send made it start over), the messages
+// still unread on the old streams are received first, then the new ones.
+func TestReopenedChannelQueues(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	tn := newTestNet(t)
+	a := tn.add(t, "a", nil)
+	tn.add(t, "b", nil)
+	send := func(c net.Conn, seq uint64) {
+		w := wire.NewWriter(c, wire.DefaultMaxFrame)
+		if err := w.WriteMessage(wire.Header{Kind: wire.KindData, Seq: seq}, []byte{byte(seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() net.Conn {
+		c, s, err := tn.pair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		a.Accept("b", s)
+		c.Write(wire.AppendHello(nil, wire.Hello{From: "b", Stripes: 1}))
+		return c
+	}
+	old := open()
+	send(old, 1)
+	send(old, 2)
+	buf := make([]byte, 8)
+	recv := func(want uint64) {
+		t.Helper()
+		h, _, err := a.Recv(ctx, "b", transport.ChanData, buf)
+		if err != nil || h.Seq != want {
+			t.Fatalf("Recv: seq %d, %v; want seq %d", h.Seq, err, want)
+		}
+	}
+	recv(1)
+	fresh := open()
+	send(fresh, 3)
+	time.Sleep(100 * time.Millisecond) // let a register the new stream
+	old.Close()
+	recv(2)
+	recv(3)
+}
