@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
+)
+
+// memFactory builds in-process transports: one mem.Network per (variant,
+// stripes), so each link of the parent meets the same link of the peer.
+func memFactory() TransportFactory {
+	var mu sync.Mutex
+	nets := map[string]*mem.Network{}
+	return func(cfg gyre.Config) (transport.Transport, error) {
+		key := fmt.Sprintf("%s/%v/%d", cfg.Transport, cfg.Insecure, cfg.Stripes)
+		mu.Lock()
+		n := nets[key]
+		if n == nil {
+			n = mem.NewNetwork(1)
+			nets[key] = n
+		}
+		mu.Unlock()
+		return n.Join(transport.PeerID(cfg.Name))
+	}
+}
+
+// goroutinePeer is a PeerStarter that runs ServePeer in this process,
+// reading back the flags PeerSpec.Args wrote.
+func goroutinePeer(tb testing.TB, factory TransportFactory) PeerStarter {
+	return func(ctx context.Context, args []string, key secret.Secret) (*PeerProcess, error) {
+		o := PeerOptions{Links: map[string]string{}, Key: key, NewTransport: factory, Logger: zerolog.New(zerolog.NewTestWriter(tb))}
+		var deadline time.Duration
+		for i := 0; i+1 < len(args); i += 2 {
+			switch args[i] {
+			case "--" + FlagLink:
+				k, v, _ := strings.Cut(args[i+1], "=")
+				o.Links[k] = v
+			case "--" + FlagBare:
+				o.Bare = append(o.Bare, args[i+1])
+			case "--" + FlagDeadline:
+				deadline, _ = time.ParseDuration(args[i+1])
+			default:
+				return nil, fmt.Errorf("unexpected peer flag %q", args[i])
+			}
+		}
+		if deadline <= 0 {
+			return nil, fmt.Errorf("no deadline in %q", args)
+		}
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		pctx, cancel := context.WithTimeout(context.Background(), deadline)
+		done := make(chan error, 1)
+		go func() {
+			err := ServePeer(pctx, o, inR, outW)
+			outW.CloseWithError(io.EOF)
+			inR.Close()
+			done <- err
+		}()
+		return &PeerProcess{
+			Stdout: outR,
+			Stdin:  inW,
+			Wait:   func() error { defer cancel(); return <-done },
+			Kill:   cancel,
+		}, nil
+	}
+}
+
+func testOptions(tb testing.TB, variants ...Variant) TransportOptions {
+	tb.Helper()
+	key, err := secret.Generate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return TransportOptions{
+		Variants:     variants,
+		Stripes:      []int{1, 2},
+		Sizes:        []int64{4 << 10, 64<<10 + 3},
+		Warmup:       1,
+		Iters:        3,
+		Runs:         2,
+		Key:          key,
+		NewTransport: memFactory(),
+		Command:      "test",
+		Logger:       zerolog.New(zerolog.NewTestWriter(tb)),
+	}
+}
+
+// TestRunTransportInProcess drives the whole protocol with the peer in a
+// goroutine: Gyre links over mem, the baselines over real loopback
+// connections of every kind.
+func TestRunTransportInProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	o := testOptions(t, VariantQUIC, VariantTLS, VariantTCPInsecure)
+	rep, err := RunTransport(ctx, o, goroutinePeer(t, o.NewTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.OneWay), 3*2*2; got != want {
+		t.Fatalf("%d one-way rows, want %d", got, want)
+	}
+	if got, want := len(rep.RoundTrip), 3*2; got != want {
+		t.Fatalf("%d round-trip rows, want %d", got, want)
+	}
+	for _, r := range rep.OneWay {
+		if r.GBps <= 0 || r.BareGBps <= 0 || r.Ratio <= 0 || len(r.Runs) != 2 || r.Iters != 3 {
+			t.Errorf("bad one-way row %+v", r)
+		}
+	}
+	for _, r := range rep.RoundTrip {
+		if r.RTTUS <= 0 || r.BareRTTUS <= 0 || r.Ratio <= 0 || r.SizeBytes != RTTSize {
+			t.Errorf("bad round-trip row %+v", r)
+		}
+	}
+	if !strings.Contains(rep.OneWay[0].Bare, "quic-go") {
+		t.Errorf("first baseline = %q", rep.OneWay[0].Bare)
+	}
+}
+
+// TestPeerStopsOnStdinClose checks the peer exits cleanly when the parent
+// closes its stdin, and fails when its deadline passes first.
+func TestPeerStops(t *testing.T) {
+	key, err := secret.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := PeerOptions{Bare: []string{"tcp"}, Key: key, Logger: zerolog.New(zerolog.NewTestWriter(t))}
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- ServePeer(context.Background(), o, inR, outW) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := readHello(ctx, outR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Bare[BareTCP] == "" {
+		t.Fatalf("hello %+v lacks the tcp baseline", h)
+	}
+	inW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("peer after stdin closed: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("peer did not stop when stdin closed")
+	}
+
+	inR, inW = io.Pipe()
+	defer inW.Close()
+	dctx, dcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer dcancel()
+	if err := ServePeer(dctx, o, inR, io.Discard); err == nil {
+		t.Fatal("peer past its deadline returned nil")
+	}
+}
+
+func TestRunTransportRejectsOptions(t *testing.T) {
+	o := testOptions(t, VariantQUIC)
+	o.Runs = -1
+	o.Stripes = []int{0}
+	o.Key = secret.Secret{}
+	_, err := RunTransport(context.Background(), o, func(context.Context, []string, secret.Secret) (*PeerProcess, error) {
+		t.Fatal("a peer was started for invalid options")
+		return nil, nil
+	})
+	for _, want := range []string{"runs -1", "stripes 0", "no cluster secret"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}

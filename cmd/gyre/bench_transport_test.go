@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gyre-ml/gyre/bench"
+)
+
+// TestBenchTransport runs a tiny `gyre bench transport` end to end: this
+// test binary acts as the parent here and as the peer in a child process,
+// over the real transports on loopback.
+func TestBenchTransport(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	// The child must see neither of these: it gets its secret in GYRE_KEY
+	// and its settings as flags.
+	e := testEnv(map[string]string{"GYRE_KEY_FILE": "/nonexistent", "GYRE_STRIPES": "many"})
+	out, stderr, err := run(t, e,
+		"--log-level", "warn", "bench", "transport",
+		"--sizes", "4K,64K", "--stripes", "1,2", "--runs", "1", "--iters", "3", "-w", "1",
+		"--json", jsonPath)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	t.Logf("output:\n%s", out)
+
+	rows := map[string]int{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		// variant stripes size iters then 4 (one-way) or 3 (round trip) figures.
+		if len(f) != 8 && len(f) != 7 {
+			t.Fatalf("row %q: %d fields", l, len(f))
+		}
+		for _, x := range f[1:] {
+			if v, err := strconv.ParseFloat(x, 64); err != nil || v <= 0 {
+				t.Fatalf("row %q: %q is not a positive number", l, x)
+			}
+		}
+		rows[f[0]+"/"+strconv.Itoa(len(f))]++
+	}
+	for _, v := range []string{"quic", "tcp", "tcp-insecure"} {
+		// 2 sizes x 2 stripe counts one-way, 2 stripe counts round trip.
+		if rows[v+"/8"] != 4 || rows[v+"/7"] != 2 {
+			t.Errorf("variant %s: %d one-way and %d round-trip rows, want 4 and 2", v, rows[v+"/8"], rows[v+"/7"])
+		}
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.OneWay) != 12 || len(rep.RoundTrip) != 6 || !slices.Equal(rep.Settings.Stripes, []int{1, 2}) {
+		t.Fatalf("JSON report: %d one-way, %d round-trip rows, settings %+v", len(rep.OneWay), len(rep.RoundTrip), rep.Settings)
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// asCLI in the environment makes the test binary act as the gyre command,
+// so `bench transport` can start it as its peer. The name avoids the GYRE_
+// prefix, which the parent strips from its child's environment.
+const asCLI = "BE_GYRE_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testEnv is the process environment plus vars; the executable is this
+// test binary, told to act as the command.
+func testEnv(vars map[string]string) env {
+	return env{
+		lookup: func(k string) (string, bool) {
+			if v, ok := vars[k]; ok {
+				return v, true
+			}
+			return os.LookupEnv(k)
+		},
+		environ: func() []string {
+			env := append(os.Environ(), asCLI+"=1")
+			for k, v := range vars {
+				env = append(env, k+"="+v)
+			}
+			return env
+		},
+		executable: os.Executable,
+	}
+}
+
+// run executes the command line args in-process and returns its stdout,
+// stderr and error.
+func run(t *testing.T, e env, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetIn(bytes.NewReader(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), errb.String(), err
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// env is what the commands may learn from the process: its environment and
+// executable. Tests replace it.
+type env struct {
+	lookup     func(string) (string, bool) // os.LookupEnv
+	environ    func() []string             // os.Environ
+	executable func() (string, error)      // os.Executable
+}
+
+func osEnv() env {
+	return env{lookup: os.LookupEnv, environ: os.Environ, executable: os.Executable}
+}
+
+// cli holds the state shared by the subcommands of one invocation.
+type cli struct {
+	env       env
+	logLevel  string
+	logFormat string
+	log       zerolog.Logger
+}
+
+func newRootCmd(e env) *cobra.Command {
+	c := &cli{env: e}
+	root := &cobra.Command{
+		Use:   "gyre",
+		Short: "Gyre: data-parallel training collectives with no parameter server",
+		Long: "Gyre is a collective-communication runtime for data-parallel training.\n" +
+			"Workers find each other by gossip and allreduce over QUIC or TLS.",
+		// Flags are parsed by now; later failures are runtime errors, for
+		// which a usage dump only hides the message.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), c.logLevel, c.logFormat)
+			if err != nil {
+				return err
+			}
+			c.log = log
+			cmd.SilenceUsage = true
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "auto", "log format: auto (console on a terminal, else JSON), json or console")
+	root.AddCommand(newKeygenCmd(c), newBenchCmd(c))
+	return root
+}
+
+// newLogger builds the zerolog logger for --log-level and --log-format,
+// writing to w.
+func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
+	var lvl zerolog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		lvl = zerolog.DebugLevel
+	case "info":
+		lvl = zerolog.InfoLevel
+	case "warn", "warning":
+		lvl = zerolog.WarnLevel
+	case "error":
+		lvl = zerolog.ErrorLevel
+	default:
+		return zerolog.Nop(), fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", level)
+	}
+	switch strings.ToLower(format) {
+	case "auto":
+		if isTerminal(w) {
+			w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		}
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+	default:
+		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q: want auto, json or console", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
