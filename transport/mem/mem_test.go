@@ -254,6 +254,21 @@ func TestSendNeedsConnect(t *testing.T) {
 	expectSeq(t, ctx, a, b.ID, 2)
 }
 
+// TestBadHeader checks that Send refuses a header a real receiver would
+// reject, and that the session survives it.
+func TestBadHeader(t *testing.T) {
+	net := mem.NewNetwork(1)
+	nodes, ctx := connected(t, net, 2)
+	a, b := nodes[0], nodes[1]
+	for _, h := range []wire.Header{{}, {Kind: wire.KindData, DType: 200}, {Kind: wire.KindData, Op: 200}} {
+		if err := a.T.Send(ctx, b.ID, transport.ChanData, h, nil); !errors.Is(err, wire.ErrMalformed) {
+			t.Errorf("send with header %+v: got %v, want ErrMalformed", h, err)
+		}
+	}
+	send(t, ctx, a, b, 1)
+	expectSeq(t, ctx, b, a.ID, 1)
+}
+
 // TestCloseDelivers checks that a graceful Close, unlike Kill, lets peers
 // read what was sent before it.
 func TestCloseDelivers(t *testing.T) {

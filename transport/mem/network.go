@@ -50,7 +50,7 @@ type Network struct {
 	// mu guards the fields below. It is also held across every change of
 	// who is connected to whom (connect, close, kill, drop), so those never
 	// interleave. Lock order: Network.mu, then Transport.mu, then
-	// session.mu; the fast paths take only the last two, one at a time.
+	// session.mu, then pool.mu. Send and Recv hold at most one at a time.
 	mu    sync.Mutex
 	nodes map[transport.PeerID]*Transport // live transports
 	links map[route]Link
@@ -65,7 +65,10 @@ type stream struct {
 	ch       transport.Channel
 }
 
-// NewNetwork returns an empty network whose faults are drawn from seed.
+// NewNetwork returns an empty network whose random faults are drawn from
+// seed. Each (sender, receiver, channel) stream has its own source derived
+// from seed, so a run replays exactly as long as each stream carries the
+// same messages in the same order, however streams interleave.
 func NewNetwork(seed int64) *Network {
 	return &Network{
 		seed:  seed,

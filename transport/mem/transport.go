@@ -78,11 +78,12 @@ func (t *Transport) Connect(ctx context.Context, peer transport.PeerID, addr str
 // waiting for the receiver; the caller may reuse payload at once. A message
 // lost to a fault still returns nil, as a packet lost on a real network
 // would. Send fails with an error wrapping transport.ErrNotConnected if
-// this side never connected to peer, and with a *transport.PeerError once
-// the session with peer failed.
-func (t *Transport) Send(ctx context.Context, to transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
+// this side never connected to peer, with one wrapping wire.ErrMalformed if
+// hdr has a field out of range (the real transports' receivers would reject
+// it), and with a *transport.PeerError once the session with peer failed.
+func (t *Transport) Send(ctx context.Context, peer transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
 	if ch >= transport.NumChannels {
-		return fmt.Errorf("mem: send to %s on %v: %w", to, ch, transport.ErrBadChannel)
+		return fmt.Errorf("mem: send to %s on %v: %w", peer, ch, transport.ErrBadChannel)
 	}
 	if t.isClosed() {
 		return transport.ErrClosed
@@ -93,14 +94,17 @@ func (t *Transport) Send(ctx context.Context, to transport.PeerID, ch transport.
 	t.mu.Lock()
 	var s *session
 	var side int
-	if p := t.peers[to]; p != nil && p.connected {
+	if p := t.peers[peer]; p != nil && p.connected {
 		s, side = p.sess, p.side
 	}
 	t.mu.Unlock()
 	if s == nil {
-		return fmt.Errorf("mem: send to %s: %w", to, transport.ErrNotConnected)
+		return fmt.Errorf("mem: send to %s: %w", peer, transport.ErrNotConnected)
 	}
 	hdr.Len = uint64(len(payload))
+	if err := validate(hdr); err != nil {
+		return fmt.Errorf("mem: send to %s: %w", peer, err)
+	}
 	err := s.send(t.net, side, ch, hdr, payload)
 	if err != nil && t.isClosed() {
 		return transport.ErrClosed
@@ -108,27 +112,39 @@ func (t *Transport) Send(ctx context.Context, to transport.PeerID, ch transport.
 	return err
 }
 
+// validate rejects a header that the real transports' receivers would
+// reject as malformed or too large, so that tests over mem catch such
+// caller bugs too. It encodes the header as a frame and decodes it again,
+// which keeps it in step with the wire package without allocating.
+func validate(h wire.Header) error {
+	var b [wire.FrameHeaderSize]byte
+	f := wire.FrameHeader{Header: h}
+	f.Encode(b[:])
+	_, err := wire.Decode(b[:], wire.DefaultLimits())
+	return err
+}
+
 // Recv waits for the next message from peer on ch and copies it into buf.
 // It waits for a session if there is none yet, so the receiver need not
 // call Connect. It fails with a *transport.PeerError once the session
 // failed and no message sent before the failure remains.
-func (t *Transport) Recv(ctx context.Context, from transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
 	if ch >= transport.NumChannels {
-		return wire.Header{}, 0, fmt.Errorf("mem: recv from %s on %v: %w", from, ch, transport.ErrBadChannel)
+		return wire.Header{}, 0, fmt.Errorf("mem: recv from %s on %v: %w", peer, ch, transport.ErrBadChannel)
 	}
 	for {
 		if t.isClosed() {
 			return wire.Header{}, 0, transport.ErrClosed
 		}
 		t.mu.Lock()
-		p := t.peerLocked(from)
+		p := t.peerLocked(peer)
 		s, side, gone, wait := p.sess, p.side, p.gone, p.wait
 		t.mu.Unlock()
 		if s != nil {
 			return s.recv(ctx, t, side, ch, buf)
 		}
 		if gone != nil {
-			return wire.Header{}, 0, &transport.PeerError{Peer: from, Op: "recv", Err: gone}
+			return wire.Header{}, 0, &transport.PeerError{Peer: peer, Op: "recv", Err: gone}
 		}
 		select {
 		case <-wait:
