@@ -59,7 +59,7 @@ func (t *Transport) serve(c net.Conn) {
 		if err = readPreamble(c); err != nil {
 			t.log.Warn().Str("remote", remote).Err(err).Msg("refused: not a Gyre client")
 		}
-		in, ack = c, c
+		in, ack = newPlainIn(c), c
 	} else {
 		var tc *tls.Conn
 		tc, verified, err = t.serveTLS(c, remote)

@@ -20,7 +20,8 @@
 // applies the same split, reading the stripes concurrently straight into
 // the caller's buffer. Smaller messages go whole on stripe 0.
 //
-// Steady-state Send and Recv allocate nothing: stripe readers, stripe
-// writers and the goroutines that watch a call's context are persistent,
-// and nothing is ever allocated from a length a peer sent.
+// Steady-state Send and Recv allocate nothing: stripe readers and writers
+// are persistent goroutines, a caller's context is registered for
+// cancellation once rather than per call, and nothing is ever allocated
+// from a length a peer sent.
 package streams

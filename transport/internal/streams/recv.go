@@ -29,10 +29,9 @@ type inSlot struct {
 	gens    []*inGen
 	changed chan struct{} // closed and replaced whenever gens change
 	cur     *inGen        // generation the Recv in progress reads
-	fired   bool          // the Recv in progress was cancelled
+	cc      canceller     // sets a past deadline on cur when a Recv's ctx ends
 
 	// Owned by the Recv in progress (at most one per slot).
-	watch   *watcher
 	readers []*stripeReader // index s for stripe s > 0
 	scratch []byte          // for discarding messages too long for buf
 }
@@ -71,6 +70,7 @@ func (t *Transport) slotLocked(p *peer, ch transport.Channel) *inSlot {
 	s := p.in[ch]
 	if s == nil {
 		s = &inSlot{t: t, peer: p.id, ch: ch, changed: make(chan struct{})}
+		s.cc = canceller{mu: &t.mu, onCancel: s.cancelLocked}
 		p.in[ch] = s
 	}
 	return s
@@ -230,39 +230,28 @@ func (t *Transport) Recv(ctx context.Context, id transport.PeerID, ch transport.
 	sl := t.slotLocked(t.peerLocked(id), ch)
 	t.mu.Unlock()
 
-	watching := ctx.Done() != nil
-	if watching {
-		if sl.watch == nil {
-			w := newWatcher(sl.cancel)
-			if !t.spawn(func() { w.run(t.done) }) {
-				return wire.Header{}, 0, transport.ErrClosed
-			}
-			sl.watch = w
+	if err := sl.cc.begin(ctx); err != nil {
+		if err == errReleased {
+			err = transport.ErrClosed
 		}
-		if !sl.watch.begin(ctx, t.done) {
-			return wire.Header{}, 0, transport.ErrClosed
-		}
+		return wire.Header{}, 0, err
 	}
 	h, n, err := sl.recv(ctx, buf)
-	fired := watching && sl.watch.end()
 	t.mu.Lock()
-	if fired && sl.cur != nil && sl.cur.err == nil {
+	if sl.cc.endLocked() && sl.cur != nil && sl.cur.err == nil {
 		sl.cur.setDeadlineLocked(time.Time{})
 	}
-	sl.cur, sl.fired = nil, false
+	sl.cur = nil
 	t.mu.Unlock()
 	return h, n, err
 }
 
-// cancel runs on the watcher when the context of a Recv ends: a past
-// deadline makes the blocked reads return.
-func (sl *inSlot) cancel() {
-	sl.t.mu.Lock()
-	sl.fired = true
+// cancelLocked runs when the context of a Recv ends: a past deadline makes
+// the blocked reads return. t.mu is held.
+func (sl *inSlot) cancelLocked() {
 	if sl.cur != nil {
 		sl.cur.setDeadlineLocked(longAgo)
 	}
-	sl.t.mu.Unlock()
 }
 
 // abort makes every read of g return, after a stripe failed: the message
@@ -350,7 +339,7 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 			t.mu.Unlock()
 			return nil, nil, transport.ErrClosed
 		}
-		if sl.fired {
+		if sl.cc.firedLocked() {
 			// Cancelled before this stream could be given a deadline.
 			t.mu.Unlock()
 			return nil, nil, ctx.Err()

@@ -46,18 +46,18 @@ func (op *outPeer) killLocked(reason error, closers []io.Closer) []io.Closer {
 
 // outChan is the sending side of one (peer, channel). Senders take sem in
 // turn, so messages never interleave; the holder of sem owns streams'
-// slots, the writers and the watcher.
+// slots and the writers.
 type outChan struct {
 	op  *outPeer
 	ch  transport.Channel
 	sem chan struct{}
 
-	mu      sync.Mutex // guards dead and writes to streams; the sem holder reads without it
+	mu      sync.Mutex // guards dead, cc and writes to streams; the sem holder reads without it
 	dead    bool
 	streams []*outStream // one per stripe, opened lazily
 
 	writers []*stripeWriter // one per stripe above 0, started lazily
-	watch   *watcher
+	cc      canceller       // closes the streams when a Send's ctx ends
 }
 
 // outStream is one open outbound stream.
@@ -77,6 +77,7 @@ func (s *outStream) close() {
 func (oc *outChan) Close() error {
 	oc.mu.Lock()
 	oc.dead = true
+	oc.cc.releaseLocked()
 	for _, s := range oc.streams {
 		if s != nil {
 			s.close()
@@ -99,15 +100,20 @@ func (oc *outChan) resetStreams() {
 	oc.mu.Unlock()
 }
 
-// cancel unblocks a Send whose context ended: closing is the only way to
-// interrupt a Write on every Stream.
-func (oc *outChan) cancel() {
-	oc.mu.Lock()
+// cancelLocked unblocks a Send whose context ended: closing is the only
+// way to interrupt a Write on every Stream. oc.mu is held.
+func (oc *outChan) cancelLocked() {
 	for _, s := range oc.streams {
 		if s != nil {
 			s.close()
 		}
 	}
+}
+
+// abort closes the streams after one stripe failed, to unblock the others.
+func (oc *outChan) abort() {
+	oc.mu.Lock()
+	oc.cancelLocked()
 	oc.mu.Unlock()
 }
 
@@ -161,6 +167,7 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 			streams: make([]*outStream, t.cfg.Stripes),
 			writers: make([]*stripeWriter, t.cfg.Stripes),
 		}
+		oc.cc = canceller{mu: &oc.mu, onCancel: oc.cancelLocked}
 		op.chans[ch] = oc
 	}
 	return oc, nil
@@ -170,32 +177,26 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) error {
 	t := oc.op.t
 	hdr.Len = uint64(len(payload))
-	watching := ctx.Done() != nil
-	if watching {
-		if oc.watch == nil {
-			w := newWatcher(oc.cancel)
-			if !t.spawn(func() { w.run(t.done) }) {
-				return transport.ErrClosed
-			}
-			oc.watch = w
-		}
-		if !oc.watch.begin(ctx, t.done) {
-			return transport.ErrClosed
-		}
-	}
-	err := oc.write(ctx, hdr, payload)
-	fired := watching && oc.watch.end()
-	if err == nil && !fired {
-		return nil
-	}
-	// Either the write failed part way, or the watcher closed the streams:
-	// the next Send starts on new streams.
-	oc.resetStreams()
+	err := oc.cc.begin(ctx)
 	if err == nil {
-		return nil // written in full before the cancel closed the streams
-	}
-	if fired && ctx.Err() != nil {
-		return ctx.Err()
+		err = oc.write(ctx, hdr, payload)
+		oc.mu.Lock()
+		fired := oc.cc.endLocked()
+		oc.mu.Unlock()
+		if err == nil && !fired {
+			return nil
+		}
+		// Either the write failed part way, or the cancel closed the
+		// streams: the next Send starts on new streams.
+		oc.resetStreams()
+		if err == nil {
+			return nil // written in full before the cancel closed the streams
+		}
+		if fired && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	} else if err != errReleased {
+		return err // ctx already done
 	}
 	t.mu.Lock()
 	closed, dead := t.closed, oc.op.dead
@@ -241,13 +242,13 @@ func (oc *outChan) write(ctx context.Context, hdr wire.Header, payload []byte) e
 		_, hi := part(hdr.Len, k, 0)
 		err = oc.streams[0].w.WriteFrames(hdr, payload[:hi], 0)
 		if err != nil {
-			oc.cancel() // unblock the other stripes; they are out of step too
+			oc.abort() // unblock the other stripes; they are out of step too
 		}
 	}
 	for s := 1; s < sent; s++ {
 		if werr := <-oc.writers[s].done; werr != nil && err == nil {
 			err = werr
-			oc.cancel()
+			oc.abort()
 		}
 	}
 	return err

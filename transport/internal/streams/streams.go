@@ -270,6 +270,7 @@ func (t *Transport) Close() error {
 			}
 			for _, s := range p.in {
 				if s != nil {
+					s.cc.releaseLocked()
 					closers = s.killLocked(transport.ErrClosed, closers)
 				}
 			}
