@@ -1,6 +1,7 @@
 package gyre
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -37,7 +38,8 @@ var ErrConfig = errors.New("gyre: invalid config")
 // documents its default, which WithDefaults fills in.
 type Config struct {
 	// Name identifies the worker to its peers and in its certificate.
-	// Default: the advertised data-plane address.
+	// Default: the advertised data-plane address, or a random name when
+	// that address has port 0 (the port is only known after binding).
 	Name string
 
 	// Transport is the data-plane transport: "quic" (default) or "tcp"
@@ -95,6 +97,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Name == "" {
 		c.Name = c.Advertise
+		if _, port, err := net.SplitHostPort(c.Advertise); err == nil && port == "0" {
+			c.Name = "w-" + rand.Text()[:12]
+		}
 	}
 	return c
 }
