@@ -50,19 +50,30 @@ type Transport interface {
 	Connect(ctx context.Context, peer PeerID, addr string) error
 
 	// Send delivers one message of len(payload) bytes to peer on ch. It sets
-	// hdr.Len. It blocks until the payload has been handed to the network (or
+	// hdr.Len. The peer must have been passed to Connect on this side
+	// (ErrNotConnected otherwise); a header that fails wire.Header.Validate
+	// is refused with an error wrapping wire.ErrMalformed and nothing is
+	// sent. It blocks until the payload has been handed to the network (or
 	// copied), so the caller may reuse payload when Send returns.
 	Send(ctx context.Context, peer PeerID, ch Channel, hdr wire.Header, payload []byte) error
 
 	// Recv reads the next message from peer on ch into buf and returns its
 	// header and length. It does not allocate per message. A message longer
-	// than buf is discarded and Recv returns an error wrapping
-	// wire.ErrShortBuffer. Recv works whether or not this side called
-	// Connect: it waits for the peer to open the channel.
+	// than buf is discarded and Recv returns its header with an error
+	// wrapping wire.ErrShortBuffer; the channel stays usable. Recv works
+	// whether or not this side called Connect: it waits for the peer to open
+	// the channel.
+	//
+	// If ctx ends before any byte of the next message has arrived, Recv
+	// returns ctx.Err() and the channel stays usable. If it ends part-way
+	// through a message, the channel is out of step: Recv returns ctx.Err()
+	// and later Recvs from that peer on ch fail with a PeerError. A
+	// collective cancelled mid-transfer is abandoned, never resumed.
 	Recv(ctx context.Context, peer PeerID, ch Channel, buf []byte) (wire.Header, int, error)
 
 	// Close releases every connection and unblocks every pending call with
-	// ErrClosed. It is idempotent.
+	// ErrClosed. It is idempotent and returns nil on a healthy transport.
+	// Messages already handed to the network may or may not be delivered.
 	Close() error
 }
 

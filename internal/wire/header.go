@@ -103,6 +103,21 @@ type Header struct {
 	Len       uint64 // payload bytes of this message; set by the transport on Send
 }
 
+// Validate reports whether h can be sent: a receiver's Decode rejects
+// out-of-range enums, so a sender checks them first and a caller's bug is
+// reported to the caller rather than as a broken peer.
+func (h Header) Validate() error {
+	switch {
+	case h.Kind == 0 || h.Kind >= kindEnd:
+		return malformed("unknown kind %d", h.Kind)
+	case h.DType >= dtypeEnd:
+		return malformed("unknown dtype %d", h.DType)
+	case h.Op >= opEnd:
+		return malformed("unknown op %d", h.Op)
+	}
+	return nil
+}
+
 // FrameHeader is a Header plus the position of one frame's payload within
 // its message.
 type FrameHeader struct {
@@ -193,13 +208,10 @@ func Decode(b []byte, lim Limits) (FrameHeader, error) {
 	f.Size = le.Uint32(b[44:])
 	f.Len = le.Uint64(b[48:])
 	f.Offset = le.Uint64(b[56:])
+	if err := f.Header.Validate(); err != nil {
+		return f, err
+	}
 	switch {
-	case f.Kind == 0 || f.Kind >= kindEnd:
-		return f, malformed("unknown kind %d", f.Kind)
-	case f.DType >= dtypeEnd:
-		return f, malformed("unknown dtype %d", f.DType)
-	case f.Op >= opEnd:
-		return f, malformed("unknown op %d", f.Op)
 	case f.Size > lim.MaxFrame:
 		return f, tooLarge("frame", uint64(f.Size), uint64(lim.MaxFrame))
 	case f.Len > lim.MaxMessage:

@@ -313,3 +313,14 @@ func sizeName(n int) string {
 	}
 	return fmt.Sprintf("%dB", n)
 }
+
+func TestHeaderValidate(t *testing.T) {
+	if err := (Header{Kind: KindData, DType: DTypeFP16, Op: OpAvg}).Validate(); err != nil {
+		t.Fatalf("valid header refused: %v", err)
+	}
+	for _, h := range []Header{{}, {Kind: kindEnd}, {Kind: KindData, DType: dtypeEnd}, {Kind: KindData, Op: opEnd}} {
+		if err := h.Validate(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Validate(%+v) = %v, want ErrMalformed", h, err)
+		}
+	}
+}
