@@ -147,11 +147,11 @@ func serveBare(ctx context.Context, c conn) error {
 			return err
 		}
 		for range cmd.count {
-			if _, err := io.ReadFull(c, buf); err != nil {
+			if err := readChunked(c, buf); err != nil {
 				return err
 			}
 			if cmd.op == opPingPong {
-				if _, err := c.Write(buf); err != nil {
+				if err := writeChunked(c, buf); err != nil {
 					return err
 				}
 			}
@@ -162,6 +162,33 @@ func serveBare(ctx context.Context, c conn) error {
 			}
 		}
 	}
+}
+
+// bareChunk is the largest read or write a baseline asks of the kernel at
+// once: the frame size of the Gyre transports, so that a baseline differs
+// from Gyre by the frame headers and not by its system-call sizes.
+const bareChunk = wire.DefaultMaxFrame
+
+func writeChunked(c conn, p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), bareChunk)
+		if _, err := c.Write(p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+func readChunked(c conn, p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), bareChunk)
+		if _, err := io.ReadFull(c, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
 }
 
 // closedCleanly reports whether a read between commands failed because the

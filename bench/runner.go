@@ -560,7 +560,7 @@ func (b *bareLink) oneWay(ctx context.Context, msg []byte, count int) (time.Dura
 	t0 := time.Now()
 	err = b.each(ctx, msg, func(c conn, part []byte) error {
 		for range count {
-			if _, err := c.Write(part); err != nil {
+			if err := writeChunked(c, part); err != nil {
 				return err
 			}
 		}

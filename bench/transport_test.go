@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/secret"
@@ -100,6 +101,7 @@ func testOptions(tb testing.TB, variants ...Variant) TransportOptions {
 // goroutine: Gyre links over mem, the baselines over real loopback
 // connections of every kind.
 func TestRunTransportInProcess(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	o := testOptions(t, VariantQUIC, VariantTLS, VariantTCPInsecure)
@@ -128,7 +130,7 @@ func TestRunTransportInProcess(t *testing.T) {
 	}
 }
 
-// TestPeerStopsOnStdinClose checks the peer exits cleanly when the parent
+// TestPeerStops checks the peer exits cleanly when the parent
 // closes its stdin, and fails when its deadline passes first.
 func TestPeerStops(t *testing.T) {
 	key, err := secret.Generate()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/gyre-ml/gyre/bench"
 )
 
@@ -16,6 +18,7 @@ import (
 // test binary acts as the parent here and as the peer in a child process,
 // over the real transports on loopback.
 func TestBenchTransport(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	// The child must see neither of these: it gets its secret in GYRE_KEY
 	// and its settings as flags.
