@@ -19,9 +19,9 @@ import (
 	"github.com/gyre-ml/gyre/transport"
 )
 
-// TransportFactory builds a listening Gyre transport from a Config; in
-// the command it is gyre.NewTransport. The transport must implement
-// transport.Listener.
+// TransportFactory builds a listening Gyre transport from a Config, as
+// gyre.NewTransport does; tests substitute in-process transports. The
+// transport must implement transport.Listener.
 type TransportFactory func(gyre.Config) (transport.Transport, error)
 
 // connectTimeout bounds a Connect or a dial, and the peer's start.
@@ -62,7 +62,7 @@ type PeerOptions struct {
 	Links        map[string]string // as in PeerSpec
 	Bare         []string          // baseline names, as in PeerSpec
 	Key          secret.Secret     // the secret the parent passed in
-	NewTransport TransportFactory
+	NewTransport TransportFactory  // default gyre.NewTransport
 	Logger       zerolog.Logger
 }
 
@@ -220,7 +220,7 @@ func openLink(ctx context.Context, newTransport TransportFactory, key string, na
 		return nil, "", err
 	}
 	if newTransport == nil {
-		return nil, "", errors.New("bench: no transport factory")
+		newTransport = gyre.NewTransport
 	}
 	cfg := gyre.Config{
 		Name:      string(name),

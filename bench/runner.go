@@ -37,7 +37,7 @@ type TransportOptions struct {
 	Runs     int       // interleaved runs of gyre and bare; default DefaultRuns
 
 	Key          secret.Secret    // the ephemeral cluster secret shared with the peer; required
-	NewTransport TransportFactory // required
+	NewTransport TransportFactory // default gyre.NewTransport
 	Command      string           // the command line, for the report
 	Logger       zerolog.Logger   // progress, one line per row
 }
@@ -53,6 +53,9 @@ func (o TransportOptions) withDefaults() (TransportOptions, error) {
 		o.Runs = DefaultRuns
 	}
 	o.Warmup = max(o.Warmup, 0)
+	if o.NewTransport == nil {
+		o.NewTransport = gyre.NewTransport
+	}
 	var errs []error
 	if len(o.Variants) == 0 {
 		errs = append(errs, errors.New("no transport variant selected"))
@@ -75,9 +78,6 @@ func (o TransportOptions) withDefaults() (TransportOptions, error) {
 	}
 	if o.Key.IsZero() {
 		errs = append(errs, errors.New("no cluster secret"))
-	}
-	if o.NewTransport == nil {
-		errs = append(errs, errors.New("no transport factory"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("bench: %w", err)

@@ -82,7 +82,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 				Iters:        iters,
 				Runs:         runs,
 				Key:          key,
-				NewTransport: newTransport,
+				NewTransport: gyre.NewTransport,
 				Command:      "gyre " + strings.Join(commandArgs(cmd), " "),
 				Logger:       c.log,
 			}, start)
@@ -139,7 +139,7 @@ func newBenchTransportPeerCmd(c *cli) *cobra.Command {
 				Links:        links,
 				Bare:         bare,
 				Key:          key,
-				NewTransport: newTransport,
+				NewTransport: gyre.NewTransport,
 				Logger:       c.log.With().Str("proc", "peer").Logger(),
 			}, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
