@@ -664,3 +664,55 @@ func TestSteadyStateAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestSendCancelled checks that a Send blocked on a receiver that does not
+// read returns promptly when its context ends, and that the channel works
+// again afterwards: the receiver gets a PeerError for the cut message, then
+// the messages sent on the new streams.
+func TestSendCancelled(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprintf("stripes=%d", k), func(t *testing.T) {
+			ctx := testContext(t, 30*time.Second)
+			nodes := newNodes(false, func(c *Config) { c.Stripes = k })(t, 2)
+			a, b := nodes[0].T, nodes[1].T
+			if err := a.Connect(ctx, "node-1", nodes[1].Addr); err != nil {
+				t.Fatal(err)
+			}
+			const d = 200 * time.Millisecond
+			sctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			start := time.Now()
+			err := a.Send(sctx, "node-1", transport.ChanData, wire.Header{Kind: wire.KindData, Seq: 1}, make([]byte, 64<<20))
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Send to a receiver that does not read: %v, want DeadlineExceeded", err)
+			}
+			if late := time.Since(start) - d; late > time.Second {
+				t.Errorf("Send returned %v after its deadline", late)
+			}
+			p := make([]byte, 1000)
+			transporttest.FillPattern(p, 2)
+			if err := a.Send(ctx, "node-1", transport.ChanData, wire.Header{Kind: wire.KindData, Seq: 2}, p); err != nil {
+				t.Fatalf("Send after a cancelled Send: %v", err)
+			}
+			buf := make([]byte, 1000)
+			deadline := time.Now().Add(5 * time.Second)
+			sawCut := false
+			for {
+				h, n, err := b.Recv(ctx, "node-0", transport.ChanData, buf)
+				if err == nil {
+					if h.Seq != 2 || n != len(p) || transporttest.CheckPattern(buf[:n], 2) != nil {
+						t.Fatalf("got seq %d, %d bytes; want the message sent after the cancel", h.Seq, n)
+					}
+					break
+				}
+				if !errors.Is(err, transport.ErrPeerGone) || time.Now().After(deadline) {
+					t.Fatalf("Recv: %v, want the cut message to fail with ErrPeerGone, then the next one", err)
+				}
+				sawCut = true
+			}
+			if !sawCut {
+				t.Error("the cut message was not reported")
+			}
+		})
+	}
+}

@@ -177,26 +177,36 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) error {
 	t := oc.op.t
 	hdr.Len = uint64(len(payload))
-	err := oc.cc.begin(ctx)
+	used := stripesUsed(hdr.Len, len(oc.streams))
+	// Opening honours ctx by itself and writes nothing of the message, so
+	// only the writes are armed for cancellation: a Send cancelled before
+	// them leaves the streams in step.
+	var err error
+	for s := range used {
+		if oc.streams[s] == nil {
+			if err = oc.open(ctx, s); err != nil {
+				break
+			}
+		}
+	}
 	if err == nil {
-		err = oc.write(ctx, hdr, payload)
-		oc.mu.Lock()
-		fired := oc.cc.endLocked()
-		oc.mu.Unlock()
-		if err == nil && !fired {
-			return nil
+		if err = oc.cc.begin(ctx); err == nil {
+			err = oc.write(hdr, payload, used)
+			oc.mu.Lock()
+			fired := oc.cc.endLocked()
+			oc.mu.Unlock()
+			if fired || err != nil {
+				// Out of step, or closed by the cancel: the next Send
+				// starts on new streams.
+				oc.resetStreams()
+			}
+			if err == nil {
+				return nil // written in full, even if a cancel came after
+			}
 		}
-		// Either the write failed part way, or the cancel closed the
-		// streams: the next Send starts on new streams.
-		oc.resetStreams()
-		if err == nil {
-			return nil // written in full before the cancel closed the streams
-		}
-		if fired && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	} else if err != errReleased {
-		return err // ctx already done
+	}
+	if err != errReleased && ctx.Err() != nil {
+		return ctx.Err()
 	}
 	t.mu.Lock()
 	closed, dead := t.closed, oc.op.dead
@@ -210,22 +220,14 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: err}
 }
 
-// write opens the streams the message needs and writes its parts, stripe
-// 0 on this goroutine and the others on their stripe writers.
-func (oc *outChan) write(ctx context.Context, hdr wire.Header, payload []byte) error {
-	k := len(oc.streams)
-	used := stripesUsed(hdr.Len, k)
-	for s := range used {
-		if oc.streams[s] == nil {
-			if err := oc.open(ctx, s); err != nil {
-				return err
-			}
-		}
-	}
+// write writes the parts of a message over used stripes, whose streams
+// are open: stripe 0 on this goroutine and the others on their writers.
+func (oc *outChan) write(hdr wire.Header, payload []byte, used int) error {
 	if used == 1 {
 		return oc.streams[0].w.WriteFrames(hdr, payload, 0)
 	}
 	t := oc.op.t
+	k := len(oc.streams)
 	var err error
 	sent := 1
 	for ; sent < used; sent++ {
@@ -285,6 +287,10 @@ func (oc *outChan) open(ctx context.Context, s int) error {
 		Stripes: uint8(len(oc.streams)),
 	})
 	if _, err := st.Write(hello); err != nil {
+		oc.mu.Lock()
+		os.close()
+		oc.streams[s] = nil
+		oc.mu.Unlock()
 		return fmt.Errorf("write hello: %w", err)
 	}
 	return nil
