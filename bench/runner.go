@@ -257,7 +257,7 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 		},
 		Method: []string{
 			"two processes on 127.0.0.1; gyre = the Gyre transport (framing, channels, stripes); bare = the same bytes with no Gyre framing",
-			"bare baselines: quic -> one quic-go stream per connection (same certificates, same flow-control windows); tcp -> crypto/tls 1.3; tcp-insecure -> plain TCP; one connection per stripe, each carrying an equal slice of every message",
+			"bare baselines: quic -> one quic-go stream per connection (same certificates, same flow-control windows); tcp -> crypto/tls 1.3; tcp-insecure -> plain TCP; one connection per stripe, each carrying an equal slice of every message of 256K or more, as Gyre splits them",
 			"one-way: the sender starts the clock, sends iters messages of size_bytes back to back and stops it when the receiver acks the last byte; time_us = elapsed / iters",
 			fmt.Sprintf("round trip: %d-byte ping-pong, each exchange timed alone, median per run; the bare round trip uses one connection", RTTSize),
 			"medians over runs; ratio = median over runs of gyre/bare (one-way: GB/s, below 1 is slower; round trip: time, above 1 is slower); GB/s = 1e9 bytes/s",
@@ -462,7 +462,7 @@ func (g *gyreLink) release(ctx context.Context) error {
 }
 
 // bareLink drives the baseline: one bare connection per stripe, each
-// carrying an equal slice of every message.
+// carrying an equal slice of every message of stripeMin bytes or more.
 type bareLink struct {
 	conns []conn
 	rbuf  []byte
@@ -506,12 +506,18 @@ func (b *bareLink) close() {
 	}
 }
 
+// stripeMin is the smallest message the baseline splits over its
+// connections. It mirrors the stream core's threshold (stripeMin in
+// transport/internal/streams): below it, Gyre sends on one stripe, since
+// waking several goroutines costs more than the parallelism gains.
+const stripeMin = 256 << 10
+
 // each runs f for every stripe with its slice of msg, concurrently when
 // there are several, and joins the errors. Connection deadlines follow ctx.
 func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, part []byte) error) error {
 	dl, _ := ctx.Deadline()
 	parts := split(len(msg), len(b.conns))
-	if len(b.conns) == 1 {
+	if len(b.conns) == 1 || len(msg) < stripeMin {
 		b.conns[0].SetDeadline(dl)
 		return f(b.conns[0], msg)
 	}

@@ -86,7 +86,7 @@ func testOptions(tb testing.TB, variants ...Variant) TransportOptions {
 	return TransportOptions{
 		Variants:     variants,
 		Stripes:      []int{1, 2},
-		Sizes:        []int64{4 << 10, 64<<10 + 3},
+		Sizes:        []int64{4 << 10, stripeMin + 3},
 		Warmup:       1,
 		Iters:        3,
 		Runs:         2,

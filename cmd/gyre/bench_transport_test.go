@@ -25,7 +25,7 @@ func TestBenchTransport(t *testing.T) {
 	e := testEnv(map[string]string{"GYRE_KEY_FILE": "/nonexistent", "GYRE_STRIPES": "many"})
 	out, stderr, err := run(t, e,
 		"--log-level", "warn", "bench", "transport",
-		"--sizes", "4K,64K", "--stripes", "1,2", "--runs", "1", "--iters", "3", "-w", "1",
+		"--sizes", "4K,300K", "--stripes", "1,2", "--runs", "1", "--iters", "3", "-w", "1",
 		"--json", jsonPath)
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr)
