@@ -190,13 +190,24 @@ func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
 		}
 		clear(sl.gens[len(live):])
 		sl.gens = live
+		var evicted []io.Closer
 		if len(live) >= maxGens {
-			t.mu.Unlock()
-			s.Close()
+			// The oldest streams are the likeliest to belong to a session
+			// of the peer that is long gone (a channel nobody reads never
+			// notices its streams closing), so they make room.
+			old := sl.gens[0]
+			evicted = old.killLocked(&transport.PeerError{Peer: id, Op: "recv", Err: errSuperseded}, nil)
+			copy(sl.gens, sl.gens[1:])
+			sl.gens[len(sl.gens)-1] = nil
+			sl.gens = sl.gens[:len(sl.gens)-1]
 			t.log.Warn().Str("peer", string(id)).Stringer("channel", transport.Channel(h.Channel)).
-				Msg("rejected stream: too many generations of the channel pending")
-			return
+				Msg("peer reopened the channel too often; closed its oldest unread streams")
 		}
+		defer func() {
+			for _, c := range evicted {
+				c.Close()
+			}
+		}()
 		if len(live) > 0 {
 			t.log.Info().Str("peer", string(id)).Stringer("channel", transport.Channel(h.Channel)).
 				Msg("peer reopened the channel; new streams queue behind the old")

@@ -23,10 +23,13 @@ const stripeMin = 256 << 10
 // Hello, so a silent stream does not hold a goroutine for long.
 const helloTimeout = 5 * time.Second
 
-// maxGens bounds the stream generations queued on one (peer, channel): a
-// peer that keeps reopening a channel faster than it is read is refused
-// rather than allowed to pile up connections.
+// maxGens bounds the stream generations queued on one (peer, channel). A
+// peer that reopens a channel more often than it is read loses its oldest
+// unread streams rather than piling up connections.
 const maxGens = 4
+
+// errSuperseded is why streams evicted by newer ones were closed.
+var errSuperseded = errors.New("streams superseded by newer ones from the same peer")
 
 // Stream is an outbound byte stream (tcp: a connection; quic: a send
 // stream). Close must unblock a concurrent Write.

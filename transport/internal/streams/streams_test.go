@@ -306,3 +306,39 @@ func TestReopenedChannelQueues(t *testing.T) {
 	recv(2)
 	recv(3)
 }
+
+// TestReopenedTooOften checks that a peer restarting again and again on a
+// channel nobody reads evicts its oldest streams instead of being refused:
+// the newest streams are the live ones.
+func TestReopenedTooOften(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	tn := newTestNet(t)
+	a := tn.add(t, "a", nil)
+	const sessions = maxGens + 2
+	for i := range sessions {
+		c, s, err := tn.pair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		a.Accept("b", s)
+		c.Write(wire.AppendHello(nil, wire.Hello{From: "b", Channel: uint8(transport.ChanProbe), Stripes: 1}))
+		w := wire.NewWriter(c, wire.DefaultMaxFrame)
+		if err := w.WriteMessage(wire.Header{Kind: wire.KindProbe, Seq: uint64(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i < sessions-1 {
+			c.Close() // this session of the peer ended
+		}
+		time.Sleep(20 * time.Millisecond) // registered in order
+	}
+	// The two oldest were evicted; the others are read in order, each
+	// generation giving way to the next at its end.
+	for want := uint64(sessions - maxGens); want < sessions; want++ {
+		h, _, err := a.Recv(ctx, "b", transport.ChanProbe, nil)
+		if err != nil || h.Seq != want {
+			t.Fatalf("Recv: seq %d, %v; want seq %d", h.Seq, err, want)
+		}
+	}
+}
