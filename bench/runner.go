@@ -16,6 +16,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -462,7 +463,7 @@ func (g *gyreLink) release(ctx context.Context) error {
 }
 
 // bareLink drives the baseline: one bare connection per stripe, each
-// carrying an equal slice of every message of stripeMin bytes or more.
+// carrying an equal slice of every message of wire.StripeMin bytes or more.
 type bareLink struct {
 	conns []conn
 	rbuf  []byte
@@ -506,27 +507,20 @@ func (b *bareLink) close() {
 	}
 }
 
-// stripeMin is the smallest message the baseline splits over its
-// connections. It mirrors the stream core's threshold (stripeMin in
-// transport/internal/streams): below it, Gyre sends on one stripe, since
-// waking several goroutines costs more than the parallelism gains.
-const stripeMin = 256 << 10
-
 // each runs f for every stripe with its slice of msg, concurrently when
 // there are several, and joins the errors. Connection deadlines follow ctx.
 func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, part []byte) error) error {
 	dl, _ := ctx.Deadline()
-	parts := split(len(msg), len(b.conns))
-	if len(b.conns) == 1 || len(msg) < stripeMin {
+	k := len(b.conns)
+	if wire.StripesUsed(uint64(len(msg)), k) == 1 {
 		b.conns[0].SetDeadline(dl)
 		return f(b.conns[0], msg)
 	}
-	errs := make([]error, len(b.conns))
+	errs := make([]error, k)
 	var wg sync.WaitGroup
-	off := 0
 	for i, c := range b.conns {
-		part := msg[off : off+parts[i]]
-		off += parts[i]
+		lo, hi := wire.StripePart(uint64(len(msg)), k, i)
+		part := msg[lo:hi]
 		if len(part) == 0 {
 			continue
 		}
@@ -608,17 +602,4 @@ func (b *bareLink) release(ctx context.Context) error {
 		errs = append(errs, sendCommand(c, command{op: opRelease}))
 	}
 	return errors.Join(errs...)
-}
-
-// split divides n bytes into k near-equal parts, the remainder spread over
-// the first parts, as the ring splits its segments.
-func split(n, k int) []int {
-	parts := make([]int, k)
-	for i := range parts {
-		parts[i] = n / k
-		if i < n%k {
-			parts[i]++
-		}
-	}
-	return parts
 }

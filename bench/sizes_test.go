@@ -101,19 +101,3 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
-
-func TestSplit(t *testing.T) {
-	for _, tt := range []struct {
-		n, k int
-		want []int
-	}{
-		{10, 1, []int{10}},
-		{10, 3, []int{4, 3, 3}},
-		{2, 4, []int{1, 1, 0, 0}},
-		{4096, 4, []int{1024, 1024, 1024, 1024}},
-	} {
-		if got := split(tt.n, tt.k); !slices.Equal(got, tt.want) {
-			t.Errorf("split(%d, %d) = %v, want %v", tt.n, tt.k, got, tt.want)
-		}
-	}
-}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/gyre-ml/gyre/internal/wire"
 	"io"
 	"strings"
 	"sync"
@@ -86,7 +87,7 @@ func testOptions(tb testing.TB, variants ...Variant) TransportOptions {
 	return TransportOptions{
 		Variants:     variants,
 		Stripes:      []int{1, 2},
-		Sizes:        []int64{4 << 10, stripeMin + 3},
+		Sizes:        []int64{4 << 10, wire.StripeMin + 3},
 		Warmup:       1,
 		Iters:        3,
 		Runs:         2,

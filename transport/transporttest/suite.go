@@ -452,6 +452,13 @@ func testErrors(t *testing.T, ctx context.Context, nodes []Node) {
 			t.Errorf("recv on %v: got %v, want ErrBadChannel", ch, err)
 		}
 	}
+	// A header the receiver's decoder would reject is the caller's bug: the
+	// sender refuses it and the peer stays usable.
+	for _, h := range []wire.Header{{}, {Kind: wire.KindData, DType: 200}, {Kind: wire.KindData, Op: 200}} {
+		if err := a.T.Send(ctx, b.ID, transport.ChanData, h, p); !errors.Is(err, wire.ErrMalformed) {
+			t.Errorf("send with header %+v: got %v, want wire.ErrMalformed", h, err)
+		}
+	}
 	FillPattern(p, 9)
 	if err := a.T.Send(ctx, b.ID, transport.ChanData, testHeader(9), p); err != nil {
 		t.Fatalf("send after errors: %v", err)

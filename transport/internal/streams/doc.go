@@ -14,7 +14,7 @@
 // and receives on streams the peer opened, so the two directions of a pair
 // never share a stream.
 //
-// Stripes: a message of at least stripeMin bytes is cut into as many
+// Stripes: a message of at least wire.StripeMin bytes is cut into as many
 // near-equal contiguous parts as the sender has stripes, and part s travels
 // on stripe s. The receiver learns the stripe count from the Hello and
 // applies the same split, reading the stripes concurrently straight into

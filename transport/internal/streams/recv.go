@@ -408,7 +408,7 @@ func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf [
 		return h, 0, 0, fmt.Errorf("%w: message starts at offset %d", wire.ErrMalformed, f.Offset)
 	}
 	discard := h.Len > uint64(len(buf))
-	used := stripesUsed(h.Len, g.k)
+	used := wire.StripesUsed(h.Len, g.k)
 
 	// Hand stripes 1..used-1 to their readers, then read stripe 0 here.
 	sent := 1
@@ -422,7 +422,7 @@ func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf [
 			err = rerr
 			break
 		}
-		lo, hi := part(h.Len, g.k, sent)
+		lo, hi := wire.StripePart(h.Len, g.k, sent)
 		select {
 		case r.jobs <- readJob{sl: sl, g: g, s: st, h: h, lo: lo, hi: hi, buf: buf, discard: discard}:
 			continue
@@ -432,7 +432,7 @@ func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf [
 		break
 	}
 	if err == nil {
-		_, hi := part(h.Len, g.k, 0)
+		_, hi := wire.StripePart(h.Len, g.k, 0)
 		err = readPart(s0, h, 0, hi, buf, discard, &sl.scratch, f, true)
 	}
 	if err != nil && sent > 1 {

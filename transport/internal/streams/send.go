@@ -117,13 +117,16 @@ func (oc *outChan) abort() {
 	oc.mu.Unlock()
 }
 
-// Send writes one message to peer on ch. Messages of at least stripeMin
+// Send writes one message to peer on ch. Messages of at least wire.StripeMin
 // bytes are split over the stripes. It blocks until the payload has been
 // written to the streams (so payload may be reused), ctx is done, or the
 // transport closes. Senders on one (peer, channel) take turns.
 func (t *Transport) Send(ctx context.Context, id transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
 	if err := checkChannel(ch); err != nil {
 		return err
+	}
+	if err := hdr.Validate(); err != nil {
+		return fmt.Errorf("streams: send to %s: %w", id, err)
 	}
 	oc, err := t.outChan(id, ch)
 	if err != nil {
@@ -177,7 +180,7 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) error {
 	t := oc.op.t
 	hdr.Len = uint64(len(payload))
-	used := stripesUsed(hdr.Len, len(oc.streams))
+	used := wire.StripesUsed(hdr.Len, len(oc.streams))
 	// Opening honours ctx by itself and writes nothing of the message, so
 	// only the writes are armed for cancellation: a Send cancelled before
 	// them leaves the streams in step.
@@ -231,7 +234,7 @@ func (oc *outChan) write(hdr wire.Header, payload []byte, used int) error {
 	var err error
 	sent := 1
 	for ; sent < used; sent++ {
-		lo, hi := part(hdr.Len, k, sent)
+		lo, hi := wire.StripePart(hdr.Len, k, sent)
 		select {
 		case oc.writers[sent].jobs <- writeJob{w: oc.streams[sent].w, h: hdr, part: payload[lo:hi], off: lo}:
 			continue
@@ -241,7 +244,7 @@ func (oc *outChan) write(hdr wire.Header, payload []byte, used int) error {
 		break
 	}
 	if err == nil {
-		_, hi := part(hdr.Len, k, 0)
+		_, hi := wire.StripePart(hdr.Len, k, 0)
 		err = oc.streams[0].w.WriteFrames(hdr, payload[:hi], 0)
 		if err != nil {
 			oc.abort() // unblock the other stripes; they are out of step too

@@ -14,11 +14,6 @@ import (
 	"github.com/gyre-ml/gyre/transport"
 )
 
-// stripeMin is the smallest message split over stripes. It is part of the
-// protocol: sender and receiver must compute the same split. Below it the
-// cost of waking several stripe goroutines outweighs the parallelism.
-const stripeMin = 256 << 10
-
 // helloTimeout bounds how long an accepted stream may take to send its
 // Hello, so a silent stream does not hold a goroutine for long.
 const helloTimeout = 5 * time.Second

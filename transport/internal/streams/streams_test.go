@@ -18,42 +18,6 @@ import (
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
-func TestPart(t *testing.T) {
-	sizes := []uint64{0, 1, stripeMin - 1, stripeMin, stripeMin + 1, 1 << 20, 64<<20 + 7}
-	for _, k := range []int{1, 2, 3, 4, 7, 255} {
-		for _, n := range sizes {
-			used := stripesUsed(n, k)
-			if want := map[bool]int{true: k, false: 1}[k > 1 && n >= stripeMin]; used != want {
-				t.Fatalf("stripesUsed(%d, %d) = %d, want %d", n, k, used, want)
-			}
-			var next uint64
-			var lens []uint64
-			for s := range k {
-				lo, hi := part(n, k, s)
-				if s >= used {
-					if lo != hi {
-						t.Fatalf("part(%d, %d, %d) = [%d,%d), want empty", n, k, s, lo, hi)
-					}
-					continue
-				}
-				if lo != next || hi < lo {
-					t.Fatalf("part(%d, %d, %d) = [%d,%d), want to start at %d", n, k, s, lo, hi, next)
-				}
-				next = hi
-				lens = append(lens, hi-lo)
-			}
-			if next != n {
-				t.Fatalf("parts of %d over %d stripes end at %d", n, k, next)
-			}
-			for _, l := range lens {
-				if l+1 < lens[0] || l > lens[0] {
-					t.Fatalf("parts of %d over %d stripes are uneven: %v", n, k, lens)
-				}
-			}
-		}
-	}
-}
-
 // testNet connects cores in process through loopback TCP pairs: a Link's
 // OpenStream makes a pair and hands one end to the target core's Accept,
 // as a real transport's accept loop would, with the dialer's ID as the
