@@ -104,6 +104,14 @@ func (s Secret) Fingerprint() string { return hex.EncodeToString(s.derive("finge
 // GossipKey returns the 32-byte memberlist encryption key (AES-256-GCM).
 func (s Secret) GossipKey() []byte { return s.derive("gossip key", 32) }
 
+// ResetKey returns the QUIC stateless-reset key for the endpoint named
+// endpoint. Deriving it from the secret, rather than drawing it at random,
+// lets a restarted worker at the same name reset its peers' stale
+// connections at once instead of leaving them to the idle timeout.
+func (s Secret) ResetKey(endpoint string) [32]byte {
+	return [32]byte(s.derive("quic reset key "+endpoint, 32))
+}
+
 func (s Secret) derive(info string, n int) []byte {
 	k, err := hkdf.Key(sha256.New, s.key[:], hkdfSalt, "gyre "+info, n)
 	if err != nil {
