@@ -30,6 +30,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 		iters         int
 		runs          int
 		jsonFile      string
+		keyFile       string
 		timeout       time.Duration
 	)
 	cmd := &cobra.Command{
@@ -65,7 +66,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("find this executable to start the peer: %w", err)
 			}
-			key, err := secret.Generate()
+			key, err := benchSecret(keyFile)
 			if err != nil {
 				return err
 			}
@@ -107,8 +108,21 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 	f.IntVar(&iters, "iters", 0, "timed messages per run (default 20 below 16M, 10 at or above)")
 	f.IntVar(&runs, "runs", bench.DefaultRuns, "interleaved runs of gyre and bare; the report gives medians over them")
 	f.StringVar(&jsonFile, "json", "", "also write the report, with every run, as JSON to this file")
+	f.StringVar(&keyFile, "key-file", "", "cluster secret to use (from gyre keygen --out); default: an ephemeral one")
 	f.DurationVar(&timeout, "timeout", 30*time.Minute, "give up, and stop the peer, after this long")
 	return cmd
+}
+
+// benchSecret loads the secret in keyFile, or makes an ephemeral one.
+func benchSecret(keyFile string) (secret.Secret, error) {
+	if keyFile == "" {
+		return secret.Generate()
+	}
+	key, err := secret.Load(keyFile)
+	if err != nil {
+		return secret.Secret{}, fmt.Errorf("--key-file: %w", err)
+	}
+	return key, nil
 }
 
 // newBenchTransportPeerCmd is the child side of `bench transport`. It is

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/gyre-ml/gyre/internal/secret"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,5 +67,32 @@ func TestBenchTransport(t *testing.T) {
 	}
 	if len(rep.OneWay) != 12 || len(rep.RoundTrip) != 6 || !slices.Equal(rep.Settings.Stripes, []int{1, 2}) {
 		t.Fatalf("JSON report: %d one-way, %d round-trip rows, settings %+v", len(rep.OneWay), len(rep.RoundTrip), rep.Settings)
+	}
+}
+
+// TestBenchTransportKeyFile runs the benchmark with a keygen'd secret, and
+// checks that it is the secret used, not an ephemeral one.
+func TestBenchTransportKeyFile(t *testing.T) {
+	keyPath := filepath.Join(t.TempDir(), "cluster.key")
+	if _, stderr, err := run(t, testEnv(nil), "keygen", "--out", keyPath); err != nil {
+		t.Fatalf("keygen: %v\n%s", err, stderr)
+	}
+	want, err := secret.Load(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := benchSecret(keyPath); err != nil || got != want {
+		t.Fatalf("benchSecret(file) = %v, %v; want the file's secret %v", got, err, want)
+	}
+	if a, _ := benchSecret(""); a == want || a.IsZero() {
+		t.Fatal("without --key-file the secret is not a fresh ephemeral one")
+	}
+	out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "bench", "transport",
+		"--transport", "quic", "--key-file", keyPath, "--sizes", "4K", "--runs", "1", "--iters", "2", "-w", "1")
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "quic") {
+		t.Fatalf("no quic rows in:\n%s", out)
 	}
 }

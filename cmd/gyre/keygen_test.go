@@ -78,6 +78,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"bench", "transport", "--transport", "quic", "--insecure"}, "--insecure"},
 		{[]string{"bench", "transport", "--runs", "0"}, "--runs"},
 		{[]string{"bench", "transport-peer"}, "GYRE_KEY"},
+		{[]string{"bench", "transport", "--key-file", "/nonexistent/cluster.key"}, "--key-file"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
