@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/gyre-ml/gyre/internal/wire"
 	"io"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/mem"
 )

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/gyre-ml/gyre/internal/secret"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/secret"
 )
 
 // TestBenchTransport runs a tiny `gyre bench transport` end to end: this
