@@ -104,6 +104,7 @@ func New(cfg Config) (*Transport, error) {
 		Stripes: cfg.Stripes,
 		Dial:    t.dial,
 		Logger:  log,
+		OnDrop:  t.onDrop,
 	})
 	if err != nil {
 		t.cancel()
@@ -134,21 +135,26 @@ func (t *Transport) Send(ctx context.Context, peer transport.PeerID, ch transpor
 // Recv receives the next message from peer on ch into buf. See
 // transport.Transport.
 func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
-	h, n, err := t.core.Recv(ctx, peer, ch, buf)
-	if err != nil && (errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge)) {
-		// The core has dropped the peer for sending garbage; its
-		// connections here go too, with whatever they have buffered.
-		t.closeInbound(peer, codeDropped, "malformed input")
-	}
-	return h, n, err
+	return t.core.Recv(ctx, peer, ch, buf)
 }
 
 // Drop forgets peer: pending calls fail with a PeerError wrapping reason,
 // and the connections it dialed to this process are closed, so the peer
 // learns at once that it was dropped.
 func (t *Transport) Drop(peer transport.PeerID, reason error) {
-	t.core.Drop(peer, reason)
-	t.closeInbound(peer, codeDropped, "dropped")
+	t.core.Drop(peer, reason) // calls onDrop
+}
+
+// onDrop is the core's Config.OnDrop. It runs for Drop and for peers the
+// core dropped itself for malformed or oversized input: the connections
+// the peer dialed here go too, with whatever they have buffered. Only the
+// core's streams on them are closed by the core, not the connections.
+func (t *Transport) onDrop(peer transport.PeerID, reason error) {
+	msg := "dropped"
+	if errors.Is(reason, wire.ErrMalformed) || errors.Is(reason, wire.ErrTooLarge) {
+		msg = "malformed input"
+	}
+	t.closeInbound(peer, codeDropped, msg)
 }
 
 // Close closes every connection and the socket, and unblocks pending calls

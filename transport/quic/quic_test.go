@@ -292,6 +292,19 @@ func TestDropClosesConnections(t *testing.T) {
 		err := a.T.Send(ctx, b.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, []byte("x"))
 		return errors.Is(err, transport.ErrPeerGone)
 	})
+	bt := b.T.(*Transport)
+	eventually(t, 5*time.Second, "the dropped peer's connections are still open", func() bool {
+		bt.mu.Lock()
+		defer bt.mu.Unlock()
+		return len(bt.inbound) == 0
+	})
+}
+
+// closedAsDropped reports whether err is the peer closing the connection
+// because it dropped us.
+func closedAsDropped(err error) bool {
+	var ae *quicgo.ApplicationError
+	return errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeDropped
 }
 
 // TestHostileDatagrams sends junk to the QUIC port of a node while it
@@ -456,6 +469,9 @@ func TestMaliciousPeer(t *testing.T) {
 			case <-p.conn.Context().Done():
 			case <-time.After(5 * time.Second):
 				t.Fatal("the malicious peer's connection is still open")
+			}
+			if err := context.Cause(p.conn.Context()); !closedAsDropped(err) {
+				t.Fatalf("the malicious peer's connection ended with %v, want a close for code %d", err, codeDropped)
 			}
 			if grew := int64(heapObjects()) - int64(before); grew >= int64(wire.DefaultMaxFrame) {
 				t.Errorf("heap grew by %d bytes, frame limit is %d", grew, wire.DefaultMaxFrame)

@@ -12,7 +12,10 @@
 // proved. Outbound streams are opened lazily, one per (peer, channel,
 // stripe), on the Link of that stripe. Each side sends on streams it opened
 // and receives on streams the peer opened, so the two directions of a pair
-// never share a stream.
+// never share a stream. The core drops a peer that sends malformed or
+// oversized input, as Drop does; Config.OnDrop tells the transport of every
+// drop, so that it can close what the core does not own (quic: the
+// connections the peer dialed, which carry its streams).
 //
 // Stripes: a message of at least wire.StripeMin bytes is cut into as many
 // near-equal contiguous parts as the sender has stripes, and part s travels

@@ -228,7 +228,8 @@ func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
 // Errors: ctx.Err() if ctx ends (if that interrupted a message, the stream
 // is out of step and later Recvs return a PeerError); transport.ErrClosed;
 // an error wrapping wire.ErrShortBuffer, with the stream in step; otherwise
-// a *transport.PeerError. Malformed or oversized input also drops the peer.
+// a *transport.PeerError. Malformed or oversized input also drops the peer,
+// as Drop does (Config.OnDrop included).
 func (t *Transport) Recv(ctx context.Context, id transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
 	if err := checkChannel(ch); err != nil {
 		return wire.Header{}, 0, err

@@ -72,6 +72,15 @@ type Config struct {
 	Dial DialFunc
 	// Logger receives rejected hellos, dropped peers and broken streams.
 	Logger zerolog.Logger
+	// OnDrop, if set, is called once per drop of a peer, whether the core
+	// dropped it itself (for malformed or oversized input) or Drop was
+	// called, with the reason, after the peer's links and streams are
+	// closed. It is not called for Close. It runs on the goroutine that
+	// dropped the peer (a Recv, or the caller of Drop) outside the core's
+	// locks, so it may call the core, but it should not block: a transport
+	// uses it to close what the core does not own, such as the connections
+	// the peer dialed.
+	OnDrop func(peer transport.PeerID, reason error)
 }
 
 // Transport implements transport.Transport and transport.Dropper over the
@@ -224,8 +233,9 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 
 // Drop forgets peer: its links and streams are closed, pending calls on it
 // fail with a *transport.PeerError wrapping reason, and so do later Recvs
-// until the peer opens new streams. Send needs a new Connect. Drop does not
-// block on the network.
+// until the peer opens new streams. Send needs a new Connect. Then
+// Config.OnDrop runs. Drop does not block on the network; after Close it
+// does nothing.
 func (t *Transport) Drop(id transport.PeerID, reason error) {
 	if reason == nil {
 		reason = errDropped
@@ -251,6 +261,9 @@ func (t *Transport) Drop(id transport.PeerID, reason error) {
 		c.Close()
 	}
 	t.log.Warn().Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
+	if t.cfg.OnDrop != nil {
+		t.cfg.OnDrop(id, reason)
+	}
 }
 
 // Close closes every link and stream and unblocks pending calls with

@@ -306,3 +306,85 @@ func TestReopenedTooOften(t *testing.T) {
 		}
 	}
 }
+
+// TestOnDrop checks that Config.OnDrop runs once for every drop, both
+// Drop and the core's own for malformed input, with the reason, after the
+// peer's streams are closed and outside the core's lock; and not for Close.
+func TestOnDrop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	type drop struct {
+		peer   transport.PeerID
+		reason error
+	}
+	drops := make(chan drop, 4)
+	tn := newTestNet(t)
+	var a *Transport
+	a = tn.add(t, "a", func(c *Config) {
+		c.OnDrop = func(peer transport.PeerID, reason error) {
+			// The core's lock must be free: take it from another goroutine,
+			// which would wait for this hook to return if the lock were
+			// held around it.
+			locked := make(chan struct{})
+			go func() {
+				a.mu.Lock()
+				a.mu.Unlock()
+				close(locked)
+			}()
+			select {
+			case <-locked:
+			case <-time.After(5 * time.Second):
+				t.Error("OnDrop runs with the core's lock held")
+			}
+			drops <- drop{peer, reason}
+		}
+	})
+	expect := func(peer transport.PeerID, reason error) {
+		t.Helper()
+		select {
+		case d := <-drops:
+			if d.peer != peer || !errors.Is(d.reason, reason) {
+				t.Fatalf("OnDrop(%q, %v), want (%q, %v)", d.peer, d.reason, peer, reason)
+			}
+		case <-ctx.Done():
+			t.Fatalf("OnDrop not called for %q", peer)
+		}
+	}
+	open := func(from string) net.Conn {
+		t.Helper()
+		c, s, err := tn.pair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		a.Accept(transport.PeerID(from), s)
+		c.Write(wire.AppendHello(nil, wire.Hello{From: from, Stripes: 1}))
+		return c
+	}
+
+	reason := errors.New("test drop")
+	a.Drop("b", reason)
+	expect("b", reason)
+
+	// The core's own drop of a peer sending garbage: its stream is closed
+	// before the hook runs.
+	m := open("m")
+	m.Write(bytes.Repeat([]byte{0xff}, wire.FrameHeaderSize))
+	if _, _, err := a.Recv(ctx, "m", transport.ChanData, make([]byte, 16)); !errors.Is(err, wire.ErrMalformed) {
+		t.Fatalf("Recv of garbage: %v, want ErrMalformed", err)
+	}
+	expect("m", wire.ErrMalformed)
+	m.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := m.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the dropped peer's stream is still open: %v", err)
+	}
+
+	// Close drops nobody.
+	a.Close()
+	a.Drop("c", nil)
+	select {
+	case d := <-drops:
+		t.Fatalf("OnDrop(%q, %v) after Close", d.peer, d.reason)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
