@@ -43,6 +43,9 @@ func NewTransport(cfg Config) (transport.Transport, error) {
 		return tcp.New(tcp.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
 			Stripes: cfg.Stripes, Logger: cfg.Logger})
 	}
+	// A reset key that is the same on every run lets a restarted worker
+	// reset its peers' stale connections at once.
+	resetKey := key.ResetKey(cfg.Name)
 	return quic.New(quic.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-		Stripes: cfg.Stripes, Logger: cfg.Logger})
+		Stripes: cfg.Stripes, Logger: cfg.Logger, ResetKey: &resetKey})
 }

@@ -71,6 +71,20 @@ type Config struct {
 	// bytes. It bounds what a peer can make this process buffer per
 	// connection while no Recv is reading. Default 32 MiB.
 	ConnWindow uint64
+	// ResetKey is the stateless-reset key (RFC 9000 section 10.3). When a
+	// packet arrives for a connection this process does not know, it
+	// answers with a reset that the peer can check against a token derived
+	// from this key, and the peer closes that connection at once instead
+	// of waiting out IdleTimeout. Default nil: a random key per process,
+	// which serves connections the process forgot while running, but not
+	// those of an earlier run: after a restart the peers' stale
+	// connections to this address die only by idle timeout. A key derived
+	// from the cluster secret and the endpoint's name, the same on every
+	// run, covers restarts too; gyre.NewTransport passes
+	// Secret.ResetKey(name). Anyone who knows the key
+	// can reset this endpoint's connections, so it must be secret, and it
+	// must differ between endpoints.
+	ResetKey *[32]byte
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.

@@ -30,6 +30,8 @@
 // Liveness: a connection that receives nothing for Config.IdleTimeout is
 // dead, and idle connections send keep-alives, so a peer that vanishes
 // fails its streams within that bound; a peer that closes its connection
-// fails them at once. A peer dropped for malformed input, or by Drop, has
-// its connections closed.
+// fails them at once, and so does one that crashed and restarted at the
+// same address with the same Config.ResetKey, by a stateless reset, as soon
+// as data reaches it on a stale connection. A peer dropped for malformed
+// input, or by Drop, has its connections closed.
 package quic

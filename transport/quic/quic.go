@@ -73,9 +73,11 @@ func New(cfg Config) (*Transport, error) {
 
 	// A stateless reset key lets this process tell a peer at once that a
 	// connection it no longer knows is gone, instead of the peer waiting
-	// for its idle timeout.
+	// for its idle timeout. See Config.ResetKey.
 	var resetKey quicgo.StatelessResetKey
-	if _, err := rand.Read(resetKey[:]); err != nil {
+	if cfg.ResetKey != nil {
+		resetKey = *cfg.ResetKey
+	} else if _, err := rand.Read(resetKey[:]); err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("quic: stateless reset key: %w", err)
 	}

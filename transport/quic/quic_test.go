@@ -517,3 +517,90 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestRestartResetsStaleConnections checks Config.ResetKey: a node that
+// crashes and restarts at the same address with the same key answers its
+// peer's next data on the stale connection with a stateless reset, so the
+// peer's Send fails at once rather than after the idle timeout. With a
+// fresh random key the stale connection lingers, which shows the key is
+// what makes the difference.
+func TestRestartResetsStaleConnections(t *testing.T) {
+	const idle = 30 * time.Second // far beyond the bounds below
+	for _, tc := range []struct {
+		name    string
+		sameKey bool
+	}{
+		{"same key", true},
+		{"random key", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var key [32]byte
+			rand.Read(key[:])
+			ca := testCA(t)
+			withKey := func(k *[32]byte) func(*Config) {
+				return func(c *Config) { c.IdleTimeout, c.ResetKey = idle, k }
+			}
+			b := newNode(t, ca, "b", withKey(&key))
+			addr := b.Addr()
+			a := newNode(t, ca, "a", withKey(nil))
+			if err := a.Connect(ctx, "b", addr); err != nil {
+				t.Fatal(err)
+			}
+			payload := make([]byte, 1024) // a packet big enough to be answered with a reset
+			send := func() error {
+				// Unacknowledged data soon fills the congestion window and
+				// blocks a Send on a connection that lingers; that is not
+				// the failure looked for, so each Send gets a short while.
+				sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				return a.Send(sctx, "b", transport.ChanData, wire.Header{Kind: wire.KindData}, payload)
+			}
+			if err := send(); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.Recv(ctx, "a", transport.ChanData, make([]byte, len(payload))); err != nil {
+				t.Fatal(err)
+			}
+
+			// Crash: the socket goes first, so no CONNECTION_CLOSE leaves.
+			b.udp.Close()
+			b.Close()
+			restartKey := &key
+			if !tc.sameKey {
+				restartKey = nil
+			}
+			newNode(t, ca, "b", func(c *Config) {
+				withKey(restartKey)(c)
+				c.Listen = addr
+			})
+
+			const bound = time.Second
+			start := time.Now()
+			var err error
+			for time.Since(start) < bound {
+				if err = send(); errors.Is(err, transport.ErrPeerGone) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			took := time.Since(start)
+			if !tc.sameKey {
+				if errors.Is(err, transport.ErrPeerGone) {
+					t.Fatalf("Send on the stale connection failed after %v with a random reset key: %v", took, err)
+				}
+				t.Logf("after %v the stale connection is still up (last Send: %v)", took, err)
+				return
+			}
+			t.Logf("Send failed after %v: %v", took, err)
+			if !errors.Is(err, transport.ErrPeerGone) {
+				t.Fatalf("Send on the stale connection: got %v after %v, want ErrPeerGone well within the %v idle timeout", err, took, idle)
+			}
+			var reset *quicgo.StatelessResetError
+			if !errors.As(err, &reset) {
+				t.Errorf("Send failed with %v, want a stateless reset", err)
+			}
+		})
+	}
+}
