@@ -1,15 +1,15 @@
-package quic
+package sockbuf
 
 import (
 	"net"
 	"syscall"
 )
 
-// forceBuffers raises the buffers past the sysctl limits with
-// SO_RCVBUFFORCE and SO_SNDBUFFORCE, which need CAP_NET_ADMIN and are
-// harmlessly refused otherwise, and returns the sizes the kernel granted.
-// Linux reports twice the size it was asked for (it counts its overhead).
-func forceBuffers(c *net.UDPConn, size int) (rcv, snd int, err error) {
+// force raises the buffers past the sysctl limits with SO_RCVBUFFORCE and
+// SO_SNDBUFFORCE where they are still below size, which need CAP_NET_ADMIN
+// and are harmlessly refused otherwise, and returns the sizes the kernel
+// granted.
+func force(c *net.UDPConn, size int) (rcv, snd int, err error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0, 0, err
