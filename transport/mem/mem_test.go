@@ -506,7 +506,7 @@ func TestRing64(t *testing.T) {
 
 func BenchmarkOneWay(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run(sizeName(size), func(b *testing.B) {
+		b.Run(transporttest.SizeName(size), func(b *testing.B) {
 			transporttest.BenchmarkOneWay(b, newNodes(b, 2), size)
 		})
 	}
@@ -514,23 +514,13 @@ func BenchmarkOneWay(b *testing.B) {
 
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, size := range benchSizes {
-		b.Run(sizeName(size), func(b *testing.B) {
+		b.Run(transporttest.SizeName(size), func(b *testing.B) {
 			transporttest.BenchmarkRoundTrip(b, newNodes(b, 2), size)
 		})
 	}
 }
 
 var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
-
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
 
 func joinID(tb testing.TB, net *mem.Network, id transport.PeerID) transporttest.Node {
 	tb.Helper()

@@ -27,20 +27,10 @@ var (
 	benchStripes = []int{1, 2, 4}
 )
 
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
 func BenchmarkOneWay(b *testing.B) {
 	for _, k := range benchStripes {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("stripes=%d/%s", k, sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("stripes=%d/%s", k, transporttest.SizeName(size)), func(b *testing.B) {
 				nodes := newNodes(func(c *Config) { c.Stripes = k })(b, 2)
 				transporttest.BenchmarkOneWay(b, nodes, size)
 			})
@@ -51,7 +41,7 @@ func BenchmarkOneWay(b *testing.B) {
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, k := range benchStripes {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("stripes=%d/%s", k, sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("stripes=%d/%s", k, transporttest.SizeName(size)), func(b *testing.B) {
 				nodes := newNodes(func(c *Config) { c.Stripes = k })(b, 2)
 				transporttest.BenchmarkRoundTrip(b, nodes, size)
 			})
@@ -64,7 +54,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 func BenchmarkBareOneWay(b *testing.B) {
 	for _, k := range benchStripes {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("stripes=%d/%s", k, sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("stripes=%d/%s", k, transporttest.SizeName(size)), func(b *testing.B) {
 				ctx := benchContext(b)
 				src, dst := barePair(b)
 				pairs := make([]uniPair, k)
@@ -141,7 +131,7 @@ func BenchmarkBareRoundTrip(b *testing.B) {
 func BenchmarkBareBidirectional(b *testing.B) {
 	for _, conns := range []int{1, 2} {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("conns=%d/%s", conns, sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("conns=%d/%s", conns, transporttest.SizeName(size)), func(b *testing.B) {
 				ctx := benchContext(b)
 				x, y := barePair(b)
 				var there, back uniPair
@@ -217,7 +207,7 @@ type uniPair struct {
 
 // barePair returns two bare endpoints of one cluster on 127.0.0.1.
 func barePair(b *testing.B) (*bareEnd, *bareEnd) {
-	ca := testCA(b)
+	ca := transporttest.NewCA(b)
 	return newBareEnd(b, ca, "bare-0"), newBareEnd(b, ca, "bare-1")
 }
 
@@ -227,7 +217,7 @@ func newBareEnd(b *testing.B, ca *secret.CA, name string) *bareEnd {
 		b.Fatal(err)
 	}
 	setSocketBuffers(udp, zerolog.Nop())
-	e := &bareEnd{qt: &quicgo.Transport{Conn: udp}, id: issue(b, ca, name)}
+	e := &bareEnd{qt: &quicgo.Transport{Conn: udp}, id: transporttest.Issue(b, ca, name)}
 	// Both sides accept streams, so that conns=1 can carry both directions.
 	e.ln, err = e.qt.Listen(e.id.ServerTLS(nil, ALPN), bareConfig())
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,8 +34,8 @@ func TestConformanceStripes2(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ca := testCA(t)
-	id := issue(t, ca, "a")
+	ca := transporttest.NewCA(t)
+	id := transporttest.Issue(t, ca, "a")
 	good := Config{ID: "a", Identity: id, Listen: "127.0.0.1:0"}
 	tests := []struct {
 		name   string
@@ -89,8 +87,8 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // loggedNode starts a node whose warnings go to the returned buffer.
-func loggedNode(t *testing.T, ca *secret.CA, id string) (*Transport, *logBuffer) {
-	logs := &logBuffer{}
+func loggedNode(t *testing.T, ca *secret.CA, id string) (*Transport, *transporttest.LogBuffer) {
+	logs := &transporttest.LogBuffer{}
 	tr := newNode(t, ca, id, func(c *Config) {
 		c.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
 	})
@@ -100,7 +98,7 @@ func loggedNode(t *testing.T, ca *secret.CA, id string) (*Transport, *logBuffer)
 // TestWrongSecretRefused checks that nodes of different clusters cannot
 // connect, and that both sides log why.
 func TestWrongSecretRefused(t *testing.T) {
-	ours, theirs := testCA(t), testCA(t)
+	ours, theirs := transporttest.NewCA(t), transporttest.NewCA(t)
 	a, aLog := loggedNode(t, ours, "a")
 	x, xLog := loggedNode(t, theirs, "x")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -116,14 +114,11 @@ func TestWrongSecretRefused(t *testing.T) {
 	}
 	// The dialer rejects the server's certificate first, so the server only
 	// sees the handshake fail; it logs that with the dialer's address.
-	eventually(t, 5*time.Second, "server did not log the failed handshake", func() bool {
-		s := aLog.String()
-		return strings.Contains(s, "handshake failed") && strings.Contains(s, x.Addr())
-	})
+	aLog.Wait(t, "handshake failed", x.Addr())
 
 	// A client that skips verifying the server still cannot get in: its
 	// certificate is refused, and the server logs the refusal.
-	y := issue(t, theirs, "y")
+	y := transporttest.Issue(t, theirs, "y")
 	tc := y.ClientTLS(ALPN)
 	tc.InsecureSkipVerify = true
 	conn, err := quicgo.DialAddr(ctx, a.Addr(), tc, nil)
@@ -142,9 +137,7 @@ func TestWrongSecretRefused(t *testing.T) {
 		}
 	}
 	t.Logf("untrusted client: %v", err)
-	eventually(t, 5*time.Second, "server did not log the refused certificate", func() bool {
-		return strings.Contains(aLog.String(), "refused: client certificate not issued by this cluster")
-	})
+	aLog.Wait(t, "refused: client certificate not issued by this cluster")
 
 	// And a client with no certificate at all.
 	failed := strings.Count(aLog.String(), "handshake failed")
@@ -186,7 +179,7 @@ func dialRaw(t *testing.T, ctx context.Context, ca *secret.CA, name, addr string
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.conn, err = p.qt.Dial(ctx, ua, issue(t, ca, name).ClientTLS(ALPN), nil)
+	p.conn, err = p.qt.Dial(ctx, ua, transporttest.Issue(t, ca, name).ClientTLS(ALPN), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +215,7 @@ func recvErr(ctx context.Context, tr *Transport, peer transport.PeerID, buf []by
 // TestPeerClosesMidMessage checks that a peer closing its connection in
 // the middle of a message fails the Recv at once with a PeerError.
 func TestPeerClosesMidMessage(t *testing.T) {
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	b := newNode(t, ca, "b", nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -249,7 +242,7 @@ func TestPeerClosesMidMessage(t *testing.T) {
 // TestPeerVanishes checks that a peer that disappears without closing its
 // connection fails the Recv once the idle timeout passes.
 func TestPeerVanishes(t *testing.T) {
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	const idle = time.Second
 	b := newNode(t, ca, "b", func(c *Config) { c.IdleTimeout = idle })
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -415,14 +408,6 @@ func hostileDatagrams(i int) [][]byte {
 	return [][]byte{random, hello, initial, unknown}
 }
 
-// heapObjects returns the bytes in live heap objects after a GC.
-func heapObjects() uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
 // TestMaliciousPeer checks that an authenticated peer sending frames that
 // claim huge lengths, or garbage, gets a typed error, is dropped, and
 // cannot make the receiver allocate what it claims.
@@ -447,14 +432,14 @@ func TestMaliciousPeer(t *testing.T) {
 		}, wire.ErrMalformed},
 		{"garbage header", [][]byte{junk}, wire.ErrMalformed},
 	}
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	b := newNode(t, ca, "b", nil)
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			name := "mallory-" + string(rune('a'+i))
-			before := heapObjects()
+			before := transporttest.HeapObjectsBytes()
 			p := dialRaw(t, ctx, ca, name, b.Addr())
 			s := p.open(t, ctx, name, transport.ChanData)
 			for _, d := range tt.send {
@@ -473,7 +458,7 @@ func TestMaliciousPeer(t *testing.T) {
 			if err := context.Cause(p.conn.Context()); !closedAsDropped(err) {
 				t.Fatalf("the malicious peer's connection ended with %v, want a close for code %d", err, codeDropped)
 			}
-			if grew := int64(heapObjects()) - int64(before); grew >= int64(wire.DefaultMaxFrame) {
+			if grew := int64(transporttest.HeapObjectsBytes()) - int64(before); grew >= int64(wire.DefaultMaxFrame) {
 				t.Errorf("heap grew by %d bytes, frame limit is %d", grew, wire.DefaultMaxFrame)
 			} else {
 				t.Logf("heap grew by %d bytes", grew)
@@ -486,10 +471,10 @@ func TestMaliciousPeer(t *testing.T) {
 // leaves no goroutine behind.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	nodes := make([]transporttest.Node, 2)
 	for i, id := range []string{"a", "b"} {
-		tr, err := New(Config{ID: transport.PeerID(id), Identity: issue(t, ca, id), Listen: "127.0.0.1:0", Stripes: 2})
+		tr, err := New(Config{ID: transport.PeerID(id), Identity: transporttest.Issue(t, ca, id), Listen: "127.0.0.1:0", Stripes: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -538,7 +523,7 @@ func TestRestartResetsStaleConnections(t *testing.T) {
 			defer cancel()
 			var key [32]byte
 			rand.Read(key[:])
-			ca := testCA(t)
+			ca := transporttest.NewCA(t)
 			withKey := func(k *[32]byte) func(*Config) {
 				return func(c *Config) { c.IdleTimeout, c.ResetKey = idle, k }
 			}

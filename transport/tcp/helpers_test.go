@@ -1,64 +1,26 @@
 package tcp
 
 import (
-	"bytes"
 	"fmt"
-	"sync"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
-// testCA returns a CA from a fresh secret.
-func testCA(tb testing.TB) *secret.CA {
-	tb.Helper()
-	s, err := secret.Generate()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ca, err := s.CA()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ca
-}
-
-func issue(tb testing.TB, ca *secret.CA, name string) *secret.Identity {
-	tb.Helper()
-	id, err := ca.Issue(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return id
-}
-
 // newNode starts a transport named id on 127.0.0.1 with a leaf from ca
 // (insecure if ca is nil), adjusted by adjust, and closes it at the end of
 // the test.
 func newNode(tb testing.TB, ca *secret.CA, id string, adjust func(*Config)) *Transport {
 	tb.Helper()
-	cfg := Config{ID: transport.PeerID(id), Listen: "127.0.0.1:0"}
+	cfg := Config{ID: transport.PeerID(id), Listen: "127.0.0.1:0", Logger: transporttest.Logger(tb)}
 	if ca != nil {
-		cfg.Identity = issue(tb, ca, id)
+		cfg.Identity = transporttest.Issue(tb, ca, id)
 	} else {
 		cfg.Insecure = true
 	}
-	if t, ok := tb.(*testing.T); ok {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
-	}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	tr, err := New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { tr.Close() })
-	return tr
+	return transporttest.Start(tb, cfg, adjust, New)
 }
 
 // newNodes returns a transporttest.NewNodes making TLS nodes that share one
@@ -68,7 +30,7 @@ func newNodes(insecure bool, adjust func(*Config)) transporttest.NewNodes {
 		tb.Helper()
 		var ca *secret.CA
 		if !insecure {
-			ca = testCA(tb)
+			ca = transporttest.NewCA(tb)
 		}
 		nodes := make([]transporttest.Node, n)
 		for i := range nodes {
@@ -78,22 +40,4 @@ func newNodes(insecure bool, adjust func(*Config)) transporttest.NewNodes {
 		}
 		return nodes
 	}
-}
-
-// logBuffer is a concurrency-safe zerolog sink for asserting on logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -16,16 +16,6 @@ import (
 
 var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
 
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
 func modeName(insecure bool) string {
 	if insecure {
 		return "tcp"
@@ -40,7 +30,7 @@ func BenchmarkOneWay(b *testing.B) {
 				if k > 1 && size < stripeBenchMin {
 					continue // below the striping threshold: same as k=1
 				}
-				b.Run(fmt.Sprintf("%s/stripes=%d/%s", modeName(insecure), k, sizeName(size)), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/stripes=%d/%s", modeName(insecure), k, transporttest.SizeName(size)), func(b *testing.B) {
 					nodes := newNodes(insecure, func(c *Config) { c.Stripes = k })(b, 2)
 					transporttest.BenchmarkOneWay(b, nodes, size)
 				})
@@ -55,7 +45,7 @@ const stripeBenchMin = 256 << 10
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, insecure := range []bool{false, true} {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("%s/%s", modeName(insecure), sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", modeName(insecure), transporttest.SizeName(size)), func(b *testing.B) {
 				nodes := newNodes(insecure, nil)(b, 2)
 				transporttest.BenchmarkRoundTrip(b, nodes, size)
 			})
@@ -93,10 +83,10 @@ func barePair(b *testing.B, insecure bool) (client, server net.Conn) {
 	if insecure {
 		return c, s
 	}
-	ca := testCA(b)
-	sc := issue(b, ca, "server").ServerTLS(nil, ALPN)
+	ca := transporttest.NewCA(b)
+	sc := transporttest.Issue(b, ca, "server").ServerTLS(nil, ALPN)
 	sc.SessionTicketsDisabled = true
-	tc, ts := tls.Client(c, issue(b, ca, "client").ClientTLS(ALPN)), tls.Server(s, sc)
+	tc, ts := tls.Client(c, transporttest.Issue(b, ca, "client").ClientTLS(ALPN)), tls.Server(s, sc)
 	done := make(chan error, 1)
 	go func() { done <- ts.Handshake() }()
 	if err := tc.Handshake(); err != nil {
@@ -112,7 +102,7 @@ func barePair(b *testing.B, insecure bool) (client, server net.Conn) {
 func BenchmarkBareOneWay(b *testing.B) {
 	for _, insecure := range []bool{false, true} {
 		for _, size := range benchSizes {
-			b.Run(fmt.Sprintf("%s/%s", modeName(insecure), sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", modeName(insecure), transporttest.SizeName(size)), func(b *testing.B) {
 				src, dst := barePair(b, insecure)
 				payload, buf := make([]byte, size), make([]byte, size)
 				b.SetBytes(int64(size))
@@ -147,7 +137,7 @@ func BenchmarkBareOneWay(b *testing.B) {
 func BenchmarkBareRoundTrip(b *testing.B) {
 	const size = 4 << 10
 	for _, insecure := range []bool{false, true} {
-		b.Run(fmt.Sprintf("%s/%s", modeName(insecure), sizeName(size)), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/%s", modeName(insecure), transporttest.SizeName(size)), func(b *testing.B) {
 			src, dst := barePair(b, insecure)
 			payload, buf, echo := make([]byte, size), make([]byte, size), make([]byte, size)
 			b.ReportAllocs()

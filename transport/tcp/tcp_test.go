@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -36,8 +34,8 @@ func TestConformanceStripes3(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ca := testCA(t)
-	id := issue(t, ca, "a")
+	ca := transporttest.NewCA(t)
+	id := transporttest.Issue(t, ca, "a")
 	for name, tc := range map[string]struct {
 		cfg  Config
 		want string // substring of the error, "" for none
@@ -71,48 +69,25 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 }
 
 // logTo sends a node's log to buf as JSON, for assertions.
-func logTo(buf *logBuffer) func(*Config) {
+func logTo(buf *transporttest.LogBuffer) func(*Config) {
 	return func(c *Config) { c.Logger = zerolog.New(buf) }
-}
-
-// waitLog waits until buf contains every one of want.
-func waitLog(t *testing.T, buf *logBuffer, want ...string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := buf.String()
-		missing := ""
-		for _, w := range want {
-			if !strings.Contains(s, w) {
-				missing = w
-				break
-			}
-		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log lacks %q; log:\n%s", missing, s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestWrongSecretRefused(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	var serverLog logBuffer
-	ca := testCA(t)
+	var serverLog transporttest.LogBuffer
+	ca := transporttest.NewCA(t)
 	a := newNode(t, ca, "a", logTo(&serverLog))
 
 	t.Run("other secret", func(t *testing.T) {
-		b := newNode(t, testCA(t), "b", nil)
+		b := newNode(t, transporttest.NewCA(t), "b", nil)
 		err := b.Connect(ctx, "a", a.Addr())
 		if !errors.Is(err, transport.ErrUnauthenticated) {
 			t.Fatalf("Connect with another secret: %v, want ErrUnauthenticated", err)
 		}
 		// The client refuses the server's chain first and aborts with an
 		// alert, which the server logs with the client's address.
-		waitLog(t, &serverLog, "refused", "bad certificate")
+		serverLog.Wait(t, "refused", "bad certificate")
 		// The other way round the server (b) refuses our certificate.
 		if err := a.Connect(ctx, "b", b.Addr()); !errors.Is(err, transport.ErrUnauthenticated) {
 			t.Fatalf("Connect to a node with another secret: %v, want ErrUnauthenticated", err)
@@ -130,21 +105,21 @@ func TestWrongSecretRefused(t *testing.T) {
 		if !errors.Is(err, transport.ErrUnauthenticated) {
 			t.Fatalf("Connect without a certificate: %v, want ErrUnauthenticated", err)
 		}
-		waitLog(t, &serverLog, "didn't provide a certificate")
+		serverLog.Wait(t, "didn't provide a certificate")
 	})
 
 	t.Run("other secret, not checking the server", func(t *testing.T) {
 		// The server's own certificate check refuses the client, and says
 		// why.
 		g := newNode(t, ca, "g", nil)
-		g.clientTLS = issue(t, testCA(t), "g").ClientTLS(ALPN)
+		g.clientTLS = transporttest.Issue(t, transporttest.NewCA(t), "g").ClientTLS(ALPN)
 		g.clientTLS.InsecureSkipVerify = true
 		g.clientTLS.RootCAs = nil
 		err := g.Connect(ctx, "a", a.Addr())
 		if !errors.Is(err, transport.ErrUnauthenticated) {
 			t.Fatalf("Connect with another secret: %v, want ErrUnauthenticated", err)
 		}
-		waitLog(t, &serverLog, "refused: client certificate not issued by this cluster", "signed by unknown authority")
+		serverLog.Wait(t, "refused: client certificate not issued by this cluster", "signed by unknown authority")
 	})
 
 	t.Run("insecure client", func(t *testing.T) {
@@ -153,7 +128,7 @@ func TestWrongSecretRefused(t *testing.T) {
 		if !errors.Is(err, transport.ErrUnauthenticated) {
 			t.Fatalf("insecure Connect to a TLS node: %v, want ErrUnauthenticated", err)
 		}
-		waitLog(t, &serverLog, "insecure client")
+		serverLog.Wait(t, "insecure client")
 	})
 
 	t.Run("wrong peer", func(t *testing.T) {
@@ -265,9 +240,9 @@ func isTimeout(err error) bool {
 
 func TestPeerClosesMidMessage(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	a := newNode(t, ca, "a", nil)
-	raw := dialRaw(t, issue(t, ca, "raw"), a.Addr())
+	raw := dialRaw(t, transporttest.Issue(t, ca, "raw"), a.Addr())
 	raw.hello(t, "raw", transport.ChanData)
 	// A 3 MiB message is three frames; send the first and half the second.
 	const size = 3 << 20
@@ -305,9 +280,9 @@ func TestPeerClosesMidMessage(t *testing.T) {
 
 func TestCancelMidMessageBreaksStream(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	a := newNode(t, ca, "a", nil)
-	raw := dialRaw(t, issue(t, ca, "raw"), a.Addr())
+	raw := dialRaw(t, transporttest.Issue(t, ca, "raw"), a.Addr())
 	raw.hello(t, "raw", transport.ChanData)
 	f := wire.FrameHeader{Header: wire.Header{Kind: wire.KindData, Len: 100}, Size: 100}
 	raw.write(t, frame(f))
@@ -326,18 +301,10 @@ func TestCancelMidMessageBreaksStream(t *testing.T) {
 	raw.closedByPeer(t)
 }
 
-// heapBytes returns the live heap after a GC.
-func heapBytes() uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
 func TestHostileConnections(t *testing.T) {
 	ctx := testContext(t, 60*time.Second)
-	ca := testCA(t)
-	var serverLog logBuffer
+	ca := transporttest.NewCA(t)
+	var serverLog transporttest.LogBuffer
 	const handshake = time.Second
 	a := newNode(t, ca, "a", func(c *Config) {
 		c.HandshakeTimeout = handshake
@@ -417,15 +384,15 @@ func TestHostileConnections(t *testing.T) {
 	if err := <-traffic; err != nil {
 		t.Fatalf("legitimate traffic during the attack: %v", err)
 	}
-	waitLog(t, &serverLog, "refused: TLS handshake failed", "first record does not look like a TLS handshake", "i/o timeout")
+	serverLog.Wait(t, "refused: TLS handshake failed", "first record does not look like a TLS handshake", "i/o timeout")
 }
 
 // TestSilentConnectionCost checks that connections that never send a byte
 // cost a small fixed amount of heap each while they wait for the handshake
 // timeout.
 func TestSilentConnectionCost(t *testing.T) {
-	a := newNode(t, testCA(t), "a", nil)
-	before := heapBytes()
+	a := newNode(t, transporttest.NewCA(t), "a", nil)
+	before := transporttest.HeapObjectsBytes()
 	const silent = 100
 	for range silent {
 		c, err := net.DialTimeout("tcp", a.Addr(), 5*time.Second)
@@ -435,7 +402,7 @@ func TestSilentConnectionCost(t *testing.T) {
 		defer c.Close()
 	}
 	time.Sleep(300 * time.Millisecond) // let the server accept them all
-	perConn := (int64(heapBytes()) - int64(before)) / silent
+	perConn := (int64(transporttest.HeapObjectsBytes()) - int64(before)) / silent
 	t.Logf("heap per silent connection: %d bytes", perConn)
 	if perConn > 16<<10 {
 		t.Errorf("a silent connection costs %d bytes of heap, want a small fixed amount", perConn)
@@ -444,8 +411,8 @@ func TestSilentConnectionCost(t *testing.T) {
 
 func TestMaliciousPeer(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	ca := testCA(t)
-	var serverLog logBuffer
+	ca := transporttest.NewCA(t)
+	var serverLog transporttest.LogBuffer
 	a := newNode(t, ca, "a", logTo(&serverLog))
 	buf := make([]byte, 64<<10)
 
@@ -481,13 +448,13 @@ func TestMaliciousPeer(t *testing.T) {
 			make([]byte, 1<<19),
 		}, io.ErrUnexpectedEOF},
 	}
-	before := heapBytes()
+	before := transporttest.HeapObjectsBytes()
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// A name per case: a dropped peer's later Recvs fail until it
 			// has opened new streams, which would race with this case.
 			name := transport.PeerID(fmt.Sprintf("evil-%d", i))
-			raw := dialRaw(t, issue(t, ca, string(name)), a.Addr())
+			raw := dialRaw(t, transporttest.Issue(t, ca, string(name)), a.Addr())
 			raw.hello(t, string(name), transport.ChanData)
 			for _, b := range tc.input {
 				raw.write(t, b)
@@ -503,23 +470,23 @@ func TestMaliciousPeer(t *testing.T) {
 			}
 			if tc.want != io.ErrUnexpectedEOF {
 				raw.closedByPeer(t) // dropped
-				waitLog(t, &serverLog, "dropped peer")
+				serverLog.Wait(t, "dropped peer")
 			}
-			if grown := int64(heapBytes()) - int64(before); grown >= wire.DefaultMaxFrame {
+			if grown := int64(transporttest.HeapObjectsBytes()) - int64(before); grown >= wire.DefaultMaxFrame {
 				t.Fatalf("heap grew by %d bytes, want less than the frame limit %d", grown, wire.DefaultMaxFrame)
 			}
 		})
 	}
 	// A hello naming someone else than the certificate is refused.
-	raw := dialRaw(t, issue(t, ca, "evil"), a.Addr())
+	raw := dialRaw(t, transporttest.Issue(t, ca, "evil"), a.Addr())
 	raw.hello(t, "a-victim", transport.ChanData)
 	raw.closedByPeer(t)
-	waitLog(t, &serverLog, "certificate names", "a-victim")
+	serverLog.Wait(t, "certificate names", "a-victim")
 }
 
 func TestDropAndReopen(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	a, b := newNode(t, ca, "a", nil), newNode(t, ca, "b", nil)
 	exchange(t, ctx, b, a, "b", "a", 2, 100)
 
@@ -561,10 +528,10 @@ func TestDropAndReopen(t *testing.T) {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := testContext(t, 30*time.Second)
-	ca := testCA(t)
+	ca := transporttest.NewCA(t)
 	var ts []*Transport
 	for _, id := range []string{"a", "b"} {
-		cfg := Config{ID: transport.PeerID(id), Identity: issue(t, ca, id), Listen: "127.0.0.1:0", Stripes: 2}
+		cfg := Config{ID: transport.PeerID(id), Identity: transporttest.Issue(t, ca, id), Listen: "127.0.0.1:0", Stripes: 2}
 		tr, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)

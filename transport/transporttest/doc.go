@@ -12,4 +12,9 @@
 //
 // BenchmarkOneWay and BenchmarkRoundTrip measure the same two things for
 // every transport, so their numbers can be compared side by side.
+//
+// The rest serves the transports' own tests: certificates from a fresh
+// cluster secret (NewCA, Issue), logs written to the test or kept for
+// assertions (Logger, LogBuffer), heap measurement (HeapObjectsBytes) and
+// sub-benchmark names (SizeName).
 package transporttest

@@ -36,3 +36,19 @@ func TestTestHeaderFieldsDiffer(t *testing.T) {
 		t.Errorf("headers of consecutive messages share a field:\n%+v\n%+v", a, b)
 	}
 }
+
+func TestSizeName(t *testing.T) {
+	for n, want := range map[int]string{0: "0B", 100: "100B", 4 << 10: "4KiB", 1 << 20: "1MiB", 64 << 20: "64MiB"} {
+		if got := SizeName(n); got != want {
+			t.Errorf("SizeName(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestIssue(t *testing.T) {
+	ca := NewCA(t)
+	id := Issue(t, ca, "node-0")
+	if id.Name != "node-0" {
+		t.Fatalf("Issue: leaf named %q, want node-0", id.Name)
+	}
+}

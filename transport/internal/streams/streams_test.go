@@ -57,7 +57,8 @@ var errNoSuchNode = errors.New("no node at that address")
 
 func (n *testNet) add(tb testing.TB, id string, adjust func(*Config)) *Transport {
 	tb.Helper()
-	cfg := Config{ID: transport.PeerID(id)}
+	from := transport.PeerID(id)
+	cfg := Config{ID: from, Logger: transporttest.Logger(tb)}
 	cfg.Dial = func(ctx context.Context, peer transport.PeerID, addr string) (Link, error) {
 		n.mu.Lock()
 		dst := n.nodes[addr]
@@ -65,19 +66,9 @@ func (n *testNet) add(tb testing.TB, id string, adjust func(*Config)) *Transport
 		if dst == nil {
 			return nil, errNoSuchNode
 		}
-		return &testLink{net: n, from: cfg.ID, dst: dst}, nil
+		return &testLink{net: n, from: from, dst: dst}, nil
 	}
-	if t, ok := tb.(*testing.T); ok {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
-	}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	tr, err := New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { tr.Close() })
+	tr := transporttest.Start(tb, cfg, adjust, New)
 	n.mu.Lock()
 	n.nodes[id] = tr
 	n.mu.Unlock()
@@ -170,26 +161,8 @@ func TestConnectError(t *testing.T) {
 	}
 }
 
-// logBuffer is a concurrency-safe zerolog sink.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 func TestAcceptRejectsBadHellos(t *testing.T) {
-	var log logBuffer
+	var log transporttest.LogBuffer
 	tn := newTestNet(t)
 	a := tn.add(t, "a", func(c *Config) { c.Logger = zerolog.New(&log) })
 	for _, tc := range []struct {
@@ -215,13 +188,7 @@ func TestAcceptRejectsBadHellos(t *testing.T) {
 			if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 				t.Fatalf("stream with a bad hello not closed: %v", err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for !strings.Contains(log.String(), tc.want) {
-				if time.Now().After(deadline) {
-					t.Fatalf("log lacks %q:\n%s", tc.want, log.String())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			log.Wait(t, tc.want)
 		})
 	}
 }
