@@ -556,7 +556,7 @@ func TestRestartResetsStaleConnections(t *testing.T) {
 			if !tc.sameKey {
 				restartKey = nil
 			}
-			newNode(t, ca, "b", func(c *Config) {
+			b2 := newNode(t, ca, "b", func(c *Config) {
 				withKey(restartKey)(c)
 				c.Listen = addr
 			})
@@ -585,6 +585,17 @@ func TestRestartResetsStaleConnections(t *testing.T) {
 			var reset *quicgo.StatelessResetError
 			if !errors.As(err, &reset) {
 				t.Errorf("Send failed with %v, want a stateless reset", err)
+			}
+			// The failed Send dropped the stale link, so Connect dials the
+			// restarted peer afresh and traffic flows again.
+			if err := a.Connect(ctx, "b", addr); err != nil {
+				t.Fatalf("Connect to the restarted peer: %v", err)
+			}
+			if err := send(); err != nil {
+				t.Fatalf("Send to the restarted peer: %v", err)
+			}
+			if _, _, err := b2.Recv(ctx, "a", transport.ChanData, make([]byte, len(payload))); err != nil {
+				t.Fatalf("restarted peer's Recv: %v", err)
 			}
 		})
 	}

@@ -506,11 +506,15 @@ func TestDropAndReopen(t *testing.T) {
 	if err := a.Send(ctx, "b", transport.ChanData, wire.Header{Kind: wire.KindData}, nil); !errors.Is(err, transport.ErrNotConnected) {
 		t.Fatalf("Send after Drop: %v, want ErrNotConnected", err)
 	}
-	// b's stream to a was closed by the drop: its next Send fails or, if
-	// the close has not reached it yet, its message is lost; either way a
-	// Send after that opens new streams that a reads from.
+	// b's stream to a was closed by the drop: its next Send fails with a
+	// PeerError, which drops a at b too, or, if the close has not reached
+	// it yet, its message is lost. Either way b connects again (a no-op
+	// while its link stands) and its new streams reach a.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		if err := b.Connect(ctx, "a", a.Addr()); err != nil {
+			t.Fatalf("b reconnecting to a: %v", err)
+		}
 		err := exchangeErr(ctx, b, a, "b", "a", 1, 100, 7)
 		if err == nil {
 			break

@@ -219,6 +219,12 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 		return transport.ErrClosed
 	case dead != nil:
 		err = dead
+	default:
+		// The link failed under us (the peer crashed or restarted). A
+		// PeerError means the peer is gone, so drop it: its state is then
+		// coherent, and a later Connect dials afresh instead of reporting
+		// the dead link as connected.
+		t.Drop(oc.op.id, err)
 	}
 	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: err}
 }
