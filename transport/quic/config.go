@@ -117,8 +117,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.ID == "" {
-		errs = append(errs, errors.New("ID is required"))
+	if c.ID == "" || len(c.ID) > wire.MaxPeerID {
+		errs = append(errs, fmt.Errorf("ID must be 1 to %d bytes", wire.MaxPeerID))
 	}
 	if c.Identity == nil {
 		errs = append(errs, errors.New("Identity is required"))

@@ -43,7 +43,8 @@ func TestConfigValidate(t *testing.T) {
 		want   string // substring of the error; empty means valid
 	}{
 		{"defaults", func(*Config) {}, ""},
-		{"no ID", func(c *Config) { c.ID = "" }, "ID is required"},
+		{"no ID", func(c *Config) { c.ID = "" }, "ID must be 1 to 255 bytes"},
+		{"long ID", func(c *Config) { c.ID = transport.PeerID(strings.Repeat("x", 256)) }, "ID must be 1 to 255 bytes"},
 		{"no identity", func(c *Config) { c.Identity = nil }, "Identity is required"},
 		{"name differs", func(c *Config) { c.ID = "b" }, "differs from ID"},
 		{"no listen", func(c *Config) { c.Listen = "" }, "Listen is required"},
