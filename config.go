@@ -70,6 +70,21 @@ type Config struct {
 	// worker (NAT, containers). Default: DataAddr.
 	Advertise string
 
+	// Peers is the static view: every worker's advertised data address, in
+	// rank order, as `gyre launch` (or an MPI-style launcher) passes it in
+	// GYRE_PEERS. Empty means this worker alone. Gossip membership will
+	// make the view dynamic; Peers stays as the fallback for users who set
+	// it themselves.
+	Peers []string
+	// Rank is this worker's index in Peers. Default 0.
+	Rank int
+	// WorldSize is the number of workers. Default len(Peers); if set, it
+	// must equal len(Peers), which catches launchers that disagree.
+	WorldSize int
+	// LocalRank is this worker's index among the workers on its host, for
+	// choosing a device. Default 0.
+	LocalRank int
+
 	// Logger receives the runtime's structured logs. Default: the zero
 	// Logger, which discards everything.
 	Logger zerolog.Logger
@@ -90,10 +105,17 @@ func (c Config) WithDefaults() Config {
 		c.Listen = DefaultListen
 	}
 	if c.DataAddr == "" {
-		c.DataAddr = nextPort(c.Listen)
+		if c.Rank >= 0 && c.Rank < len(c.Peers) {
+			c.DataAddr = c.Peers[c.Rank] // a launcher's view names this worker's address
+		} else {
+			c.DataAddr = nextPort(c.Listen)
+		}
 	}
 	if c.Advertise == "" {
 		c.Advertise = c.DataAddr
+	}
+	if c.WorldSize == 0 {
+		c.WorldSize = max(len(c.Peers), 1)
 	}
 	if c.Name == "" {
 		c.Name = c.Advertise
@@ -162,7 +184,47 @@ func (c Config) Validate() error {
 	if len(c.Name) > wire.MaxPeerID {
 		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
 	}
+	for _, err := range c.checkView() {
+		bad("%v", err)
+	}
 	return errors.Join(errs...)
+}
+
+// checkView checks the static view: ranks in range, sizes that agree, and
+// peer addresses that are distinct, complete and include this worker's.
+func (c Config) checkView() []error {
+	var errs []error
+	if c.LocalRank < 0 {
+		errs = append(errs, fmt.Errorf("LocalRank %d is negative", c.LocalRank))
+	}
+	if len(c.Peers) == 0 {
+		if c.Rank != 0 || c.WorldSize != 1 {
+			errs = append(errs, fmt.Errorf("Rank %d of WorldSize %d needs Peers, the address of every rank", c.Rank, c.WorldSize))
+		}
+		return errs
+	}
+	if c.WorldSize != len(c.Peers) {
+		errs = append(errs, fmt.Errorf("WorldSize %d but Peers lists %d addresses", c.WorldSize, len(c.Peers)))
+	}
+	if c.Rank < 0 || c.Rank >= len(c.Peers) {
+		return append(errs, fmt.Errorf("Rank %d outside Peers [0, %d)", c.Rank, len(c.Peers)))
+	}
+	seen := make(map[string]int, len(c.Peers))
+	for i, p := range c.Peers {
+		if err := checkHostPort(p); err != nil {
+			errs = append(errs, fmt.Errorf("Peers[%d] %q: %v", i, p, err))
+		} else if _, port, _ := net.SplitHostPort(p); port == "0" {
+			errs = append(errs, fmt.Errorf("Peers[%d] %q: a peer address needs a real port", i, p))
+		}
+		if j, dup := seen[p]; dup {
+			errs = append(errs, fmt.Errorf("Peers[%d] and Peers[%d] are both %q", j, i, p))
+		}
+		seen[p] = i
+	}
+	if c.Peers[c.Rank] != c.Advertise {
+		errs = append(errs, fmt.Errorf("Peers[%d] is %q but this worker advertises %q", c.Rank, c.Peers[c.Rank], c.Advertise))
+	}
+	return errs
 }
 
 func checkHostPort(addr string) error {
@@ -203,6 +265,10 @@ const (
 	EnvDataAddr  = "GYRE_DATA_ADDR"
 	EnvAdvertise = "GYRE_ADVERTISE"
 	EnvName      = "GYRE_NAME"
+	EnvPeers     = "GYRE_PEERS" // comma-separated data addresses in rank order
+	EnvRank      = "GYRE_RANK"
+	EnvWorldSize = "GYRE_WORLD_SIZE"
+	EnvLocalRank = "GYRE_LOCAL_RANK"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -230,12 +296,23 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.Insecure = b
 	}
-	if v, ok := lookup(EnvStripes); ok && strings.TrimSpace(v) != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer", ErrConfig, EnvStripes, v))
+	integer := func(name string, dst *int) {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer", ErrConfig, name, v))
+			}
+			*dst = n
 		}
-		c.Stripes = n
+	}
+	integer(EnvStripes, &c.Stripes)
+	integer(EnvRank, &c.Rank)
+	integer(EnvWorldSize, &c.WorldSize)
+	integer(EnvLocalRank, &c.LocalRank)
+	if v, ok := lookup(EnvPeers); ok && strings.TrimSpace(v) != "" {
+		for _, p := range strings.Split(v, ",") {
+			c.Peers = append(c.Peers, strings.TrimSpace(p))
+		}
 	}
 	return c, errors.Join(errs...)
 }

@@ -28,6 +28,7 @@ func TestWithDefaults(t *testing.T) {
 		Listen:    "127.0.0.1:7946",
 		DataAddr:  "127.0.0.1:7947",
 		Advertise: "127.0.0.1:7947",
+		WorldSize: 1,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -38,10 +39,15 @@ func TestWithDefaults(t *testing.T) {
 	if got := (Config{Listen: "[::1]:9000"}).WithDefaults().DataAddr; got != "[::1]:9001" {
 		t.Fatalf("IPv6 data address = %q", got)
 	}
+	v := Config{Peers: []string{"127.0.0.1:9001", "127.0.0.1:9002"}, Rank: 1}.WithDefaults()
+	if v.DataAddr != "127.0.0.1:9002" || v.Name != "127.0.0.1:9002" || v.WorldSize != 2 {
+		t.Fatalf("static view defaults: data %q name %q world %d", v.DataAddr, v.Name, v.WorldSize)
+	}
 }
 
 func TestValidate(t *testing.T) {
 	key := testKey(t)
+	peers3 := []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -61,6 +67,16 @@ func TestValidate(t *testing.T) {
 		{"empty host", Config{Key: key, Listen: ":7946"}, "missing host"},
 		{"bad port", Config{Key: key, DataAddr: "127.0.0.1:99999"}, "DataAddr"},
 		{"long name", Config{Key: key, Name: strings.Repeat("n", 256)}, "Name"},
+		{"static view", Config{Key: key, Peers: peers3, Rank: 2, WorldSize: 3}, ""},
+		{"rank without peers", Config{Key: key, Rank: 1}, "needs Peers"},
+		{"world without peers", Config{Key: key, WorldSize: 4}, "needs Peers"},
+		{"rank past end", Config{Key: key, Peers: peers3, Rank: 3, DataAddr: "127.0.0.1:9"}, "outside Peers"},
+		{"negative rank", Config{Key: key, Peers: peers3, Rank: -1, DataAddr: "127.0.0.1:9"}, "outside Peers"},
+		{"sizes disagree", Config{Key: key, Peers: peers3, WorldSize: 4}, "WorldSize 4"},
+		{"duplicate peer", Config{Key: key, Peers: []string{"127.0.0.1:1", "127.0.0.1:1"}}, "are both"},
+		{"peer port 0", Config{Key: key, Peers: []string{"127.0.0.1:1", "127.0.0.1:0"}}, "real port"},
+		{"not in view", Config{Key: key, Peers: peers3, DataAddr: "127.0.0.1:5"}, "advertises"},
+		{"negative local rank", Config{Key: key, LocalRank: -1}, "LocalRank"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,13 +108,15 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvTransport: "tcp", EnvInsecure: "true", EnvStripes: " 4 ",
 		EnvKeyFile: "/k", EnvListen: "127.0.0.1:9000", EnvDataAddr: "127.0.0.1:9100",
 		EnvAdvertise: "10.0.0.1:9100", EnvName: "w3",
+		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Name: "w3", Transport: "tcp", Insecure: true, Stripes: 4, KeyFile: "/k",
-		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100"}
+		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100",
+		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}
@@ -108,11 +126,11 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestConfigFromEnvRejectsMalformed(t *testing.T) {
-	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two"}))
+	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two", EnvRank: "first"}))
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
 	}
-	for _, name := range []string{EnvInsecure, EnvStripes} {
+	for _, name := range []string{EnvInsecure, EnvStripes, EnvRank} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}
