@@ -79,6 +79,13 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"bench", "transport", "--runs", "0"}, "--runs"},
 		{[]string{"bench", "transport-peer"}, "GYRE_KEY"},
 		{[]string{"bench", "transport", "--key-file", "/nonexistent/cluster.key"}, "--key-file"},
+		{[]string{"launch", "-n", "0", "--", "true"}, "at least 1"},
+		{[]string{"launch", "-n", "2"}, "requires at least 1 arg"},
+		{[]string{"launch", "--insecure", "--", "true"}, "only available with the tcp"},
+		{[]string{"launch", "--transport", "udp", "--", "true"}, `Transport "udp"`},
+		{[]string{"launch", "--stripes", "99", "--", "true"}, "Stripes"},
+		{[]string{"launch", "--key-file", "/nonexistent/cluster.key", "--", "true"}, "--key-file"},
+		{[]string{"launch", "--", "/nonexistent/program"}, "/nonexistent/program"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

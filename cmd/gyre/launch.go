@@ -1,0 +1,239 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/internal/secret"
+)
+
+// launchSets lists the variables launch gives each rank; inherited values
+// of these are dropped so a stale setting cannot leak into the job.
+var launchSets = []string{
+	gyre.EnvPeers, gyre.EnvRank, gyre.EnvWorldSize, gyre.EnvLocalRank, gyre.EnvDataAddr,
+	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvKeyFile, gyre.EnvKey,
+	gyre.EnvName, gyre.EnvAdvertise,
+}
+
+func newLaunchCmd(c *cli) *cobra.Command {
+	var (
+		n         int
+		transport string
+		insecure  bool
+		stripes   int
+		keyFile   string
+		logDir    string
+		grace     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "launch -n N [flags] -- CMD [ARGS...]",
+		Short: "Start N local workers on 127.0.0.1 running CMD",
+		Long: "launch starts N local processes of CMD on 127.0.0.1 and passes each its\n" +
+			"rank, the static peer list and the cluster settings in GYRE_* variables\n" +
+			"(see README). CMD may be a gyre subcommand (`launch -n 4 -- train` runs\n" +
+			"this binary) or any program that embeds Gyre. Output is prefixed with\n" +
+			"the rank. The cluster secret is ephemeral unless --key-file is given.\n" +
+			"If a rank fails, the others are stopped and launch exits with the\n" +
+			"failed rank's status, naming the rank.",
+		Example: "  gyre launch -n 4 -- bench allreduce\n" +
+			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 {
+				return fmt.Errorf("-n %d: need at least 1 worker", n)
+			}
+			base := gyre.Config{Transport: transport, Insecure: insecure, Stripes: stripes, KeyFile: keyFile}
+			var ephemeral *secret.Secret
+			if keyFile == "" && !insecure {
+				key, err := secret.Generate()
+				if err != nil {
+					return err
+				}
+				ephemeral, base.Key = &key, key.Hex()
+			}
+			if err := base.Validate(); err != nil {
+				return err
+			}
+			argv, err := resolveCommand(cmd.Root(), c.env, args)
+			if err != nil {
+				return err
+			}
+			peers, err := freePorts(n)
+			if err != nil {
+				return err
+			}
+			keyPath, cleanup, err := launchKey(keyFile, ephemeral)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			base = base.WithDefaults()
+			env := rankEnv(c.env.environ(), peers, base, keyPath)
+			fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, peers %s, key file %s\n",
+				n, base.Transport, map[bool]string{true: " (insecure)"}[base.Insecure], strings.Join(peers, ","), keyDesc(keyPath, keyFile))
+			err = launch.Run(cmd.Context(), launch.Options{
+				N: n, Argv: argv, Env: env,
+				Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				LogDir: logDir, Grace: grace, Logger: c.log,
+			})
+			var re *launch.RankError
+			if errors.As(err, &re) {
+				return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the other workers were stopped", err)}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&n, "nproc", "n", 1, "number of local workers")
+	f.StringVar(&transport, "transport", gyre.DefaultTransport, "data-plane transport: quic or tcp")
+	f.BoolVar(&insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
+	f.IntVar(&stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
+	f.StringVar(&keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
+	f.StringVar(&logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log")
+	f.DurationVar(&grace, "grace", launch.DefaultGrace, "how long workers get to exit after SIGTERM before SIGKILL")
+	return cmd
+}
+
+// exitError carries the process exit status main should use.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// resolveCommand runs this binary when args name one of its subcommands,
+// and otherwise looks the program up in PATH.
+func resolveCommand(root *cobra.Command, e env, args []string) ([]string, error) {
+	if sub, _, err := root.Find(args[:1]); err == nil && sub != root && !strings.Contains(args[0], "/") {
+		exe, err := e.executable()
+		if err != nil {
+			return nil, fmt.Errorf("find this executable to run %q: %w", args[0], err)
+		}
+		return append([]string{exe}, args...), nil
+	}
+	prog, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, fmt.Errorf("command %q: %w", args[0], err)
+	}
+	return append([]string{prog}, args[1:]...), nil
+}
+
+// freePorts returns n distinct 127.0.0.1 addresses whose port is free for
+// both TCP and UDP, so either transport can bind it. The ports are held
+// until all are chosen, then released for the workers; another process
+// could take one in between, as with any launcher that picks ports.
+func freePorts(n int) ([]string, error) {
+	var held []func() error
+	defer func() {
+		for _, c := range held {
+			c()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 10*n+10 {
+			return nil, errors.New("launch: could not find free ports on 127.0.0.1")
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("launch: pick a port: %w", err)
+		}
+		held = append(held, l.Close)
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			continue // taken for UDP; try another
+		}
+		held = append(held, u.Close)
+		addrs = append(addrs, addr)
+	}
+	return addrs, nil
+}
+
+// launchKey returns the key file the workers read: the user's, made
+// absolute, or the ephemeral secret written to a private temporary file
+// that cleanup removes, or "" when the job is insecure.
+func launchKey(keyFile string, ephemeral *secret.Secret) (string, func(), error) {
+	nothing := func() {}
+	switch {
+	case keyFile != "":
+		abs, err := filepath.Abs(keyFile)
+		if err != nil {
+			return "", nothing, err
+		}
+		if _, err := secret.Load(abs); err != nil {
+			return "", nothing, fmt.Errorf("--key-file: %w", err)
+		}
+		return abs, nothing, nil
+	case ephemeral == nil:
+		return "", nothing, nil
+	}
+	dir, err := os.MkdirTemp("", "gyre-launch-")
+	if err != nil {
+		return "", nothing, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	path := filepath.Join(dir, "cluster.key")
+	if err := ephemeral.WriteFile(path); err != nil {
+		cleanup()
+		return "", nothing, fmt.Errorf("ephemeral cluster secret: %w", err)
+	}
+	return path, cleanup, nil
+}
+
+func keyDesc(path, given string) string {
+	switch {
+	case path == "":
+		return "none (insecure)"
+	case given == "":
+		return path + " (ephemeral, removed at exit)"
+	}
+	return path
+}
+
+// rankEnv returns each rank's environment: the parent's, without the
+// variables launch sets, plus the job's settings.
+func rankEnv(parent []string, peers []string, cfg gyre.Config, keyPath string) func(int) []string {
+	var keep []string
+	for _, kv := range parent {
+		name, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, s := range launchSets {
+			drop = drop || name == s
+		}
+		if !drop {
+			keep = append(keep, kv)
+		}
+	}
+	return func(r int) []string {
+		env := append([]string(nil), keep...)
+		env = append(env,
+			gyre.EnvPeers+"="+strings.Join(peers, ","),
+			gyre.EnvRank+"="+strconv.Itoa(r),
+			gyre.EnvWorldSize+"="+strconv.Itoa(len(peers)),
+			gyre.EnvLocalRank+"="+strconv.Itoa(r),
+			gyre.EnvDataAddr+"="+peers[r],
+			gyre.EnvTransport+"="+cfg.Transport,
+			gyre.EnvInsecure+"="+strconv.FormatBool(cfg.Insecure),
+			gyre.EnvStripes+"="+strconv.Itoa(cfg.Stripes),
+		)
+		if keyPath != "" {
+			env = append(env, gyre.EnvKeyFile+"="+keyPath)
+		}
+		return env
+	}
+}

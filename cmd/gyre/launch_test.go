@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gyre-ml/gyre/internal/secret"
+)
+
+// launchLines runs `gyre launch` with args and returns its stdout lines
+// sorted, and its stderr.
+func launchLines(t *testing.T, vars map[string]string, args ...string) ([]string, string, error) {
+	t.Helper()
+	out, stderr, err := run(t, testEnv(vars), append([]string{"--log-level", "warn", "launch"}, args...)...)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	sort.Strings(lines)
+	return lines, stderr, err
+}
+
+func TestLaunchPassesTheStaticView(t *testing.T) {
+	script := `echo "$GYRE_RANK $GYRE_WORLD_SIZE $GYRE_LOCAL_RANK $GYRE_DATA_ADDR $GYRE_PEERS $GYRE_TRANSPORT $GYRE_STRIPES $GYRE_KEY_FILE"; ` +
+		`test -r "$GYRE_KEY_FILE" || echo "unreadable key"`
+	// A stale variable in the parent must not reach the workers.
+	lines, stderr, err := launchLines(t, map[string]string{"GYRE_RANK": "9"}, "-n", "3", "--stripes", "2", "--", "sh", "-c", script)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %q", lines)
+	}
+	var peers, keyFile string
+	for r, l := range lines {
+		f := strings.Fields(strings.TrimPrefix(l, "["+string(rune('0'+r))+"] "))
+		if len(f) != 8 || f[0] != string(rune('0'+r)) || f[1] != "3" || f[2] != f[0] || f[5] != "quic" || f[6] != "2" {
+			t.Fatalf("rank %d line %q", r, l)
+		}
+		list := strings.Split(f[4], ",")
+		if len(list) != 3 || list[r] != f[3] || (peers != "" && f[4] != peers) || (keyFile != "" && f[7] != keyFile) {
+			t.Fatalf("rank %d sees data %s, peers %s, key %s; others saw %s, %s", r, f[3], f[4], f[7], peers, keyFile)
+		}
+		peers, keyFile = f[4], f[7]
+	}
+	if list := strings.Split(peers, ","); list[0] == list[1] || list[1] == list[2] || list[0] == list[2] {
+		t.Fatalf("peer addresses repeat: %s", peers)
+	}
+	if _, err := os.Stat(keyFile); !os.IsNotExist(err) {
+		t.Fatalf("ephemeral key file %s still there after the job: %v", keyFile, err)
+	}
+	if !strings.Contains(stderr, "ephemeral, removed at exit") {
+		t.Fatalf("launch did not say where the key is: %s", stderr)
+	}
+}
+
+func TestLaunchKeyFileAndInsecure(t *testing.T) {
+	keyPath := t.TempDir() + "/cluster.key"
+	key, _ := secret.Generate()
+	if err := key.WriteFile(keyPath); err != nil {
+		t.Fatal(err)
+	}
+	lines, stderr, err := launchLines(t, nil, "-n", "2", "--key-file", keyPath, "--", "sh", "-c", `cat "$GYRE_KEY_FILE"`)
+	if err != nil || len(lines) != 2 || !strings.HasSuffix(lines[0], key.Hex()) || !strings.HasSuffix(lines[1], key.Hex()) {
+		t.Fatalf("workers read %q (%v)\n%s", lines, err, stderr)
+	}
+	if _, err := os.Stat(keyPath); err != nil {
+		t.Fatalf("the user's key file was removed: %v", err)
+	}
+	lines, stderr, err = launchLines(t, nil, "-n", "1", "--transport", "tcp", "--insecure", "--",
+		"sh", "-c", `echo "$GYRE_INSECURE key=$GYRE_KEY_FILE"`)
+	if err != nil || len(lines) != 1 || lines[0] != "[0] true key=" {
+		t.Fatalf("insecure worker saw %q (%v)\n%s", lines, err, stderr)
+	}
+}
+
+func TestLaunchStopsTheJobWhenAWorkerFails(t *testing.T) {
+	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", `[ "$GYRE_RANK" = 1 ] && exit 7; exec sleep 30`)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("launch = %v, want exit status 7 naming rank 1\n%s", err, stderr)
+	}
+}
+
+func TestLaunchRunsGyreSubcommands(t *testing.T) {
+	lines, stderr, err := launchLines(t, nil, "-n", "2", "--", "keygen")
+	hex := regexp.MustCompile(`^\[[01]\] [0-9a-f]{64}$`)
+	if err != nil || len(lines) != 2 || !hex.MatchString(lines[0]) || !hex.MatchString(lines[1]) || lines[0][4:] == lines[1][4:] {
+		t.Fatalf("launch -- keygen printed %q (%v)\n%s", lines, err, stderr)
+	}
+}
