@@ -137,6 +137,28 @@ func TestKnownValues(t *testing.T) {
 	}
 }
 
+// TestDecodeTable checks the fp16 decode table (used by DecodeFP16 and
+// ReduceFP16) against FromFP16, bit for bit, over all patterns.
+func TestDecodeTable(t *testing.T) {
+	hs := make([]uint16, 1<<16)
+	for i := range hs {
+		hs[i] = uint16(i)
+	}
+	for _, f := range []format{fp16, bf16} {
+		decode := DecodeFP16
+		if f.name == "bf16" {
+			decode = DecodeBF16
+		}
+		out := make([]float32, len(hs))
+		must(t, decode(out, hs))
+		for i, h := range hs {
+			if math.Float32bits(out[i]) != math.Float32bits(f.from(h)) {
+				t.Fatalf("%s decode(%#04x) = %#08x, want %#08x", f.name, h, math.Float32bits(out[i]), math.Float32bits(f.from(h)))
+			}
+		}
+	}
+}
+
 // TestFromHalfExhaustive decodes all 65536 patterns of each format against
 // the format's definition, and checks that rounding the result back gives
 // the same pattern.
@@ -251,6 +273,13 @@ func TestToHalfExhaustive(t *testing.T) {
 			vals[k] = f.decode(uint16(k))
 		}
 		vals[len(vals)-1] = 2*vals[len(vals)-2] - vals[len(vals)-3]
+		encode := EncodeFP16
+		if f.name == "bf16" {
+			encode = EncodeBF16
+		}
+		// Blocks of consecutive patterns, each also run through the slice
+		// encoder, which must agree with the scalar one.
+		const block = 1 << 16
 		workers := runtime.GOMAXPROCS(0)
 		var wg sync.WaitGroup
 		bad := make(chan string, workers)
@@ -258,12 +287,24 @@ func TestToHalfExhaustive(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for b := uint64(w); b < 1<<31; b += uint64(workers) {
-					x := math.Float32frombits(uint32(b))
-					if x != x {
-						continue
+				xs, enc := make([]float32, block), make([]uint16, block)
+				for base := uint64(w) * block; base < 1<<32; base += uint64(workers) * block {
+					for i := range xs {
+						xs[i] = math.Float32frombits(uint32(base) + uint32(i))
 					}
-					for _, x := range []float32{x, -x} {
+					_ = encode(enc, xs)
+					for i, x := range xs {
+						if x != x {
+							if !f.isNaN(enc[i]) {
+								bad <- f.name + ": NaN lost by the slice encoder"
+								return
+							}
+							continue
+						}
+						if enc[i] != f.to(x) {
+							bad <- f.name + ": slice encoder differs from scalar for " + formatBits(x)
+							return
+						}
 						if msg := checkNearest(f, vals, x); msg != "" {
 							bad <- msg
 							return

@@ -89,7 +89,7 @@ func run(j *job) {
 	case kDecodeBF16:
 		decodeBF16(slice[float32](j.dst, n), slice[uint16](j.src, n))
 	case kEncodeFP16:
-		encodeFP16(slice[uint16](j.dst, n), slice[float32](j.src, n))
+		encodeFP16(slice[uint16](j.dst, n), slice[uint32](j.src, n))
 	case kDecodeFP16:
 		decodeFP16(slice[float32](j.dst, n), slice[uint16](j.src, n))
 	}

@@ -10,55 +10,6 @@ package kernels
 // is -0, max(-0, +0) is +0. For integers Sum wraps around on overflow (two's
 // complement), like every MPI and NCCL implementation does in practice.
 
-// sumF32 is dst += src for float32, the kernel the ring's bandwidth
-// depends on. See sumF32Gonum and sumF32Go for the two candidates and the
-// measurement that chose between them.
-func sumF32(dst, src []float32) { sumF32Impl(dst, src) }
-
-// sumF64 is dst += src for float64. See sumF64Gonum and sumF64Go.
-func sumF64(dst, src []float64) { sumF64Impl(dst, src) }
-
-// sumF32Go is the plain-Go float32 sum, unrolled 8 times. The Go compiler
-// does not vectorise, so this runs one scalar ADDSS per element.
-func sumF32Go(dst, src []float32) {
-	src = src[:len(dst)]
-	for len(dst) >= 8 {
-		d, s := dst[:8:8], src[:8:8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
-		dst, src = dst[8:], src[8:]
-	}
-	for i := range dst {
-		dst[i] += src[i]
-	}
-}
-
-// sumF64Go is the plain-Go float64 sum, unrolled 8 times.
-func sumF64Go(dst, src []float64) {
-	src = src[:len(dst)]
-	for len(dst) >= 8 {
-		d, s := dst[:8:8], src[:8:8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
-		dst, src = dst[8:], src[8:]
-	}
-	for i := range dst {
-		dst[i] += src[i]
-	}
-}
-
 // sumInt is dst += src for the integer types.
 func sumInt[T ~int32 | ~int64](dst, src []T) {
 	src = src[:len(dst)]
