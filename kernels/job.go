@@ -12,7 +12,6 @@ type job struct {
 	dst, src unsafe.Pointer
 	n        int     // elements
 	a        float64 // kScale: the factor, exact for float32 and float64
-	done     chan struct{}
 }
 
 type kern uint8

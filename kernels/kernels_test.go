@@ -28,8 +28,8 @@ type namedPool struct {
 // private pool that splits everything (threshold 0), and Default().
 func testPools(tb testing.TB) []namedPool {
 	tb.Helper()
-	split := NewPool(3) // more ranges than cores, to exercise uneven splits
-	split.minBytes = 0
+	split := NewPool(3) // more goroutines than cores, to exercise uneven splits
+	split.minBytes, split.minRange = 0, 0
 	tb.Cleanup(split.Close)
 	return []namedPool{{"serial", nil}, {"split", split}, {"default", Default()}}
 }
@@ -207,7 +207,7 @@ func TestMinMaxSpecials(t *testing.T) {
 // serial call leaves, NaN payloads included, for every kernel.
 func TestSplitBitwise(t *testing.T) {
 	p := NewPool(2)
-	p.minBytes = 0
+	p.minBytes, p.minRange = 0, 0
 	defer p.Close()
 	r := rand.New(rand.NewPCG(3, 4))
 	const n = 1000003
@@ -470,7 +470,7 @@ func TestZeroAllocs(t *testing.T) {
 func TestPoolConcurrentAndClose(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreAnyFunction(DefaultWorker))
 	p := NewPool(3)
-	p.minBytes = 0
+	p.minBytes, p.minRange = 0, 0
 	const n, callers = 100003, 4
 	done := make(chan error, callers)
 	for c := range callers {
@@ -513,5 +513,40 @@ func TestPoolConcurrentAndClose(t *testing.T) {
 	nilPool.Close()
 	if nilPool.Procs() != 1 {
 		t.Fatal("nil pool reports more than one proc")
+	}
+}
+
+// TestPoolReuse runs many small split calls from several goroutines, so that
+// call state is recycled while workers woken for an earlier call may still
+// be arriving late; every result is checked.
+func TestPoolReuse(t *testing.T) {
+	p := NewPool(4)
+	p.minBytes, p.minRange = 0, 0
+	defer p.Close()
+	const n, rounds, callers = 256, 2000, 3
+	errs := make(chan error, callers)
+	for c := range callers {
+		go func() {
+			dst, src := make([]int64, n), make([]int64, n)
+			for r := range rounds {
+				for i := range src {
+					dst[i], src[i] = int64(i), int64(r+c)
+				}
+				if err := ReduceWith(p, OpSum, dst, src); err != nil {
+					errs <- err
+					return
+				}
+				for i := range dst {
+					if dst[i] != int64(i+r+c) {
+						errs <- errors.New("wrong sum after call reuse")
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		must(t, <-errs)
 	}
 }

@@ -3,6 +3,7 @@ package kernels
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // ParallelThreshold is the size of dst, in bytes, from which a Pool splits a
@@ -18,9 +19,13 @@ const ParallelThreshold = 256 << 10
 const DefaultWorker = "github.com/gyre-ml/gyre/kernels.defaultWorker"
 
 // A Pool splits large kernel calls across cores. It keeps procs-1
-// persistent worker goroutines fed with value-type jobs over a channel; the
-// calling goroutine reduces the first range itself and waits for the
-// others. A call on a warm pool allocates nothing.
+// persistent worker goroutines; a large call is cut into ranges, the
+// workers are woken over a channel, and the calling goroutine claims
+// ranges too. Ranges are claimed one at a time from a shared counter, so a
+// worker that is slow to be scheduled (the ring's network goroutines share
+// the cores) simply gets fewer ranges and the caller never waits for a
+// range nobody has started. A call on a warm pool allocates nothing: the
+// per-call state is recycled through a free list.
 //
 // Calls below ParallelThreshold run entirely on the calling goroutine, as
 // do all calls on a nil *Pool, on a pool of one proc, and on a closed pool.
@@ -31,20 +36,60 @@ const DefaultWorker = "github.com/gyre-ml/gyre/kernels.defaultWorker"
 // A Pool is safe for concurrent use. The buffers of one call must not
 // overlap unless they are identical.
 type Pool struct {
-	procs     int // ranges a large call is cut into: workers + the caller
+	procs     int // goroutines that work on one large call: workers + the caller
 	minBytes  int // ParallelThreshold; tests lower it
+	minRange  int // minRangeBytes; tests lower it
 	isDefault bool
-	jobs      chan job
-	free      chan chan struct{} // completion channels, reused across calls
+	wake      chan *call // a large call, sent once to each worker asked to help
+	free      chan *call // per-call state, reused
 
 	mu     sync.RWMutex // held for reading by each split call, for writing by Close
 	closed bool
 	wg     sync.WaitGroup
 }
 
-// NewPool starts a pool that splits large calls into procs ranges, using
-// procs-1 worker goroutines besides the caller. procs <= 0 means
-// runtime.GOMAXPROCS(0). Close stops the workers.
+// A call is the shared state of one split kernel call.
+type call struct {
+	j       job
+	chunk   int           // elements per range; the last range may be shorter
+	parts   int32         // ranges
+	next    atomic.Int32  // next range to claim
+	pending atomic.Int32  // ranges not yet finished
+	refs    atomic.Int32  // goroutines that may still touch the call
+	done    chan struct{} // receives one token when pending reaches 0
+}
+
+// help claims and runs ranges of c until none is left.
+func (c *call) help() {
+	for {
+		i := c.next.Add(1) - 1
+		if i >= c.parts {
+			return
+		}
+		lo := int(i) * c.chunk
+		part := c.j.part(lo, min(lo+c.chunk, c.j.n))
+		run(&part)
+		if c.pending.Add(-1) == 0 {
+			c.done <- struct{}{}
+		}
+	}
+}
+
+// release drops one reference to c; the last one recycles it. A worker
+// woken after the call finished still holds a reference, so c is never
+// reused while anyone can touch it.
+func (p *Pool) release(c *call) {
+	if c.refs.Add(-1) == 0 {
+		select {
+		case p.free <- c:
+		default:
+		}
+	}
+}
+
+// NewPool starts a pool that splits large calls over procs goroutines, the
+// caller and procs-1 workers. procs <= 0 means runtime.GOMAXPROCS(0). Close
+// stops the workers.
 func NewPool(procs int) *Pool { return newPool(procs, false) }
 
 func newPool(procs int, isDefault bool) *Pool {
@@ -54,9 +99,10 @@ func newPool(procs int, isDefault bool) *Pool {
 	p := &Pool{
 		procs:     procs,
 		minBytes:  ParallelThreshold,
+		minRange:  minRangeBytes,
 		isDefault: isDefault,
-		jobs:      make(chan job, 4*procs),
-		free:      make(chan chan struct{}, 16),
+		wake:      make(chan *call, 4*procs),
+		free:      make(chan *call, 16),
 	}
 	for range procs - 1 {
 		p.wg.Add(1)
@@ -82,7 +128,7 @@ func Default() *Pool {
 	return defaultPool.p
 }
 
-// Procs returns how many ranges a large call is split into (1 for a nil
+// Procs returns how many goroutines work on one large call (1 for a nil
 // pool).
 func (p *Pool) Procs() int {
 	if p == nil {
@@ -101,7 +147,7 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true
-		close(p.jobs)
+		close(p.wake)
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -115,15 +161,23 @@ func defaultWorker(p *Pool) { p.work() }
 
 func (p *Pool) work() {
 	defer p.wg.Done()
-	for j := range p.jobs {
-		run(&j)
-		j.done <- struct{}{}
+	for c := range p.wake {
+		c.help()
+		p.release(c)
 	}
 }
 
-// cacheLine is the granularity of the split, so that two goroutines never
-// write the same cache line.
-const cacheLine = 64
+const (
+	// cacheLine is the granularity of ranges, so that two goroutines
+	// never write the same cache line.
+	cacheLine = 64
+	// rangesPerProc cuts a call finer than one range per goroutine, so
+	// that the ranges balance when one goroutine runs late.
+	rangesPerProc = 4
+	// minRangeBytes bounds the cost of claiming a range (two atomic adds)
+	// against the work in it.
+	minRangeBytes = 16 << 10
+)
 
 // exec runs j, split across the pool when it is large enough.
 func (p *Pool) exec(j job) {
@@ -138,30 +192,30 @@ func (p *Pool) exec(j job) {
 		run(&j)
 		return
 	}
-	// Ranges of equal size, rounded up to whole cache lines of dst.
 	line := cacheLine / int(ds)
-	chunk := (j.n + p.procs - 1) / p.procs
+	chunk := (j.n + rangesPerProc*p.procs - 1) / (rangesPerProc * p.procs)
+	chunk = max(chunk, p.minRange/int(ds))
 	chunk = (chunk + line - 1) / line * line
 	parts := (j.n + chunk - 1) / chunk
-
-	var done chan struct{}
+	if parts < 2 {
+		run(&j)
+		return
+	}
+	var c *call
 	select {
-	case done = <-p.free:
+	case c = <-p.free:
 	default:
-		done = make(chan struct{}, p.procs)
+		c = &call{done: make(chan struct{}, 1)}
 	}
-	for i := 1; i < parts; i++ {
-		part := j.part(i*chunk, min((i+1)*chunk, j.n))
-		part.done = done
-		p.jobs <- part
+	helpers := min(p.procs-1, parts-1)
+	c.j, c.chunk, c.parts = j, chunk, int32(parts)
+	c.next.Store(0)
+	c.pending.Store(int32(parts))
+	c.refs.Store(int32(helpers + 1))
+	for range helpers {
+		p.wake <- c
 	}
-	first := j.part(0, min(chunk, j.n))
-	run(&first)
-	for i := 1; i < parts; i++ {
-		<-done
-	}
-	select {
-	case p.free <- done:
-	default:
-	}
+	c.help()
+	<-c.done
+	p.release(c)
 }
