@@ -1,0 +1,116 @@
+package ring
+
+import (
+	"math"
+	"math/bits"
+)
+
+// Choose returns the allreduce algorithm for a buffer of lengthBytes bytes
+// over n ranks: AlgoRecursiveDoubling below threshold bytes, AlgoRing at or
+// above it. Every rank must pass the same threshold, or ranks run different
+// algorithms (which the executor reports as a mismatch from the first
+// frame's Algo). DefaultCostModel.Threshold(n) is the default.
+func Choose(n, lengthBytes, threshold int) Algo {
+	if lengthBytes < threshold {
+		return AlgoRecursiveDoubling
+	}
+	return AlgoRing
+}
+
+// CostModel is the α/β performance model of DESIGN.md, plus the speed of the
+// reduction itself. It predicts allreduce times and so the size at which the
+// ring overtakes recursive doubling.
+//
+// The ring costs 2(n-1)·α + (n-1)/n·S·(max(1/β, 1/γ) + 1/β): 2(n-1) hops, and
+// every rank sends 2(n-1)/n·S bytes, half of them during the reduce-scatter,
+// whose reductions are pipelined with the transfers, so only the slower of
+// the two counts. Recursive doubling costs h·α + h·S/β + hr·S/γ, with h =
+// ⌊log2 n⌋ exchanges of the whole buffer (plus the fold and unfold steps when
+// n is not a power of two) and hr of those reduced after arrival, not
+// overlapped. Recursive doubling wins on latency (h < 2(n-1)) and loses on
+// bandwidth (h ≥ 2(n-1)/n), so the two lines cross at one size per n.
+//
+// The model ignores the ring's pipeline fill (a chunk per hop) and the
+// per-message overheads of small chunks. Both favour recursive doubling a
+// little at small sizes, so the default threshold errs towards the ring only
+// where the ring is predicted to win.
+type CostModel struct {
+	// Alpha is the one-hop message latency in seconds.
+	Alpha float64
+	// Beta is the link bandwidth in bytes per second.
+	Beta float64
+	// Gamma is the reduction rate in bytes per second.
+	Gamma float64
+}
+
+// DefaultCostModel holds this machine's prototype figures for TLS-less TCP
+// on loopback (DESIGN.md): about 20 µs per hop (half the 20–45 µs measured
+// for a 4 KiB message with the small-message path), 2 GB/s per link, and
+// 4 GB/s for a plain Go float32 sum. With them the crossover is 80 kB at
+// n = 2, 15 kB at n = 3, 107 kB at n = 4, 160 kB at n = 8 and 683 kB at
+// n = 64: recursive doubling takes the 4 KiB and 64 KiB benchmark sizes
+// (except 64 KiB at n = 3 and 5, where the ring's 2(n-1) hops are few), the
+// ring everything from 1 MiB. QUIC's α and β are both about 4 to 10 times worse, so its αβ
+// product and crossovers are similar. The figures are to be replaced by
+// measured ones once the executor can autotune.
+var DefaultCostModel = CostModel{Alpha: 20e-6, Beta: 2e9, Gamma: 4e9}
+
+// Ring returns the predicted time in seconds of a ring allreduce of bytes
+// bytes over n ranks.
+func (m CostModel) Ring(n, bytes int) float64 {
+	a, b := m.ringLine(n)
+	return a + b*float64(bytes)
+}
+
+// RecursiveDoubling returns the predicted time in seconds of a
+// recursive-doubling allreduce of bytes bytes over n ranks.
+func (m CostModel) RecursiveDoubling(n, bytes int) float64 {
+	a, b := m.doublingLine(n)
+	return a + b*float64(bytes)
+}
+
+// Threshold returns the buffer size in bytes from which the ring is
+// predicted to be at least as fast as recursive doubling over n ranks: the
+// threshold argument of Choose. It is 0 for n <= 1, where neither sends
+// anything, and math.MaxInt if the ring never wins.
+func (m CostModel) Threshold(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	ar, br := m.ringLine(n)
+	ad, bd := m.doublingLine(n)
+	switch {
+	case ad >= ar:
+		return 0
+	case bd <= br:
+		return math.MaxInt
+	}
+	s := math.Ceil((ar - ad) / (bd - br))
+	if s >= math.MaxInt {
+		return math.MaxInt
+	}
+	return int(s)
+}
+
+// ringLine returns the ring's fixed cost in seconds and its cost per byte.
+func (m CostModel) ringLine(n int) (fixed, perByte float64) {
+	if n <= 1 {
+		return 0, 0
+	}
+	f := float64(n-1) / float64(n)
+	return 2 * float64(n-1) * m.Alpha, f * (max(1/m.Beta, 1/m.Gamma) + 1/m.Beta)
+}
+
+// doublingLine returns recursive doubling's fixed cost in seconds and its
+// cost per byte.
+func (m CostModel) doublingLine(n int) (fixed, perByte float64) {
+	if n <= 1 {
+		return 0, 0
+	}
+	logp := bits.Len(uint(n)) - 1
+	hops, reduces := logp, logp
+	if n != 1<<logp {
+		hops, reduces = logp+2, logp+1
+	}
+	return float64(hops) * m.Alpha, float64(hops)/m.Beta + float64(reduces)/m.Gamma
+}
