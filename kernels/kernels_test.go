@@ -443,26 +443,32 @@ func TestView(t *testing.T) {
 // TestZeroAllocs checks the ring's steady-state promise: a large call on a
 // warm pool, split across workers, allocates nothing.
 func TestZeroAllocs(t *testing.T) {
-	const n = 2 * ParallelThreshold / 4 // float32s: large enough to split
+	// Default() splits from ParallelThreshold on; the private pool splits
+	// everything, which keeps the race detector's work small.
+	big, bigSrc := make([]float32, 2*ParallelThreshold/4), make([]float32, 2*ParallelThreshold/4)
+	const n = 1 << 16
 	dst, src := make([]float32, n), make([]float32, n)
 	h := make([]uint16, n)
 	bd, bs := Bytes(dst), Bytes(src)
 	p := NewPool(2)
+	p.minBytes, p.minRange = 0, 0
 	defer p.Close()
-	calls := map[string]func(){
-		"Reduce":     func() { _ = Reduce(OpSum, dst, src) },
-		"ReduceWith": func() { _ = ReduceWith(p, OpMax, dst, src) },
-		"ReduceBytes": func() {
-			_ = p.ReduceBytes(Float32, OpSum, bd, bs)
-		},
-		"ReduceFP16": func() { _ = p.ReduceFP16(OpSum, dst, h) },
-		"EncodeBF16": func() { _ = EncodeBF16(h, src) },
-		"Scale":      func() { Scale(dst, 0.5) },
+	calls := []struct {
+		name string
+		f    func()
+	}{
+		{"Reduce", func() { _ = Reduce(OpSum, big, bigSrc) }},
+		{"ReduceBytes", func() { _ = ReduceBytes(Float32, OpSum, Bytes(big), Bytes(bigSrc)) }},
+		{"ReduceWith", func() { _ = ReduceWith(p, OpMax, dst, src) }},
+		{"Pool.ReduceBytes", func() { _ = p.ReduceBytes(Float32, OpSum, bd, bs) }},
+		{"Pool.ReduceFP16", func() { _ = p.ReduceFP16(OpSum, dst, h) }},
+		{"Pool.EncodeBF16", func() { _ = p.EncodeBF16(h, src) }},
+		{"ScaleWith", func() { ScaleWith(p, dst, 0.5) }},
 	}
-	for name, f := range calls {
-		f() // warm: starts Default(), fills the free list
-		if a := testing.AllocsPerRun(20, f); a != 0 {
-			t.Errorf("%s: %v allocations per call, want 0", name, a)
+	for _, c := range calls {
+		c.f() // warm: starts Default(), fills the free list
+		if a := testing.AllocsPerRun(20, c.f); a != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", c.name, a)
 		}
 	}
 }
@@ -548,5 +554,21 @@ func TestPoolReuse(t *testing.T) {
 	}
 	for range callers {
 		must(t, <-errs)
+	}
+}
+
+// TestDefaultSplits checks a call on Default() above ParallelThreshold, with
+// an odd length, element by element.
+func TestDefaultSplits(t *testing.T) {
+	n := 2*ParallelThreshold/4 + 3
+	dst, src := make([]float32, n), make([]float32, n)
+	for i := range dst {
+		dst[i], src[i] = float32(i%1024), float32(i%7)
+	}
+	must(t, Reduce(OpSum, dst, src))
+	for i := range dst {
+		if dst[i] != float32(i%1024+i%7) {
+			t.Fatalf("[%d] = %v, want %v", i, dst[i], float32(i%1024+i%7))
+		}
 	}
 }
