@@ -9,10 +9,25 @@
 // schedule is checked exhaustively, against naive reference implementations,
 // by a simulator that interleaves all ranks' plans (see the package tests).
 //
-// The executor, which arrives in a later increment, runs a Plan over a
-// transport.Transport: one goroutine walks Plan.Sends in order, another walks
-// Plan.Recvs in order, and the After fields say where each must wait for the
-// other. Plan's documentation states that contract in full.
+// Comm is the executor. It runs a Plan over a transport.Transport: the
+// receive walker takes Plan.Recvs in order on the caller's goroutine, a send
+// walker that the Comm keeps takes Plan.Sends in order, and each waits for
+// the other where the After fields say, comparing the other walker's count
+// of completed operations. A reducing receive lands in a reused scratch
+// buffer and is taken off the transport before its wait, an overwriting one
+// goes straight into the caller's buffer, and Avg divides once, at the Final
+// receive, before the span is sent on. Plans are cached per shape and
+// contexts, scratch and goroutines are reused, so a large allreduce in steady
+// state allocates nothing.
+//
+// Every message header carries the collective's identity (epoch, sequence
+// number, algorithm, dtype, op, length, chunk size, step and chunk), which
+// the receiver checks against its own plan: ranks that disagree fail with
+// ErrMismatch. A rank that fails for any reason sends an abort marker to
+// the peers its plan sends to, which fail with an error of the same class
+// and forward it, so a failure reaches the waiting ranks instead of leaving
+// them to their deadlines. Comm's documentation lists the failures and what
+// a caller does after one.
 //
 // Allreduce has two algorithms: the pipelined ring (bandwidth-optimal, for
 // large buffers) and recursive doubling (latency-optimal, for small ones).

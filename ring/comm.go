@@ -1,0 +1,523 @@
+package ring
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// Config configures a Comm. Every rank of one communicator must use the
+// same Epoch, Members, ChunkBytes and SmallBytes, or its collectives fail
+// with ErrMismatch.
+type Config struct {
+	// Epoch is the membership epoch; every message carries it. Required to
+	// grow from one Comm to the next on the same transports (see Comm).
+	Epoch uint64
+	// Members lists the workers in ring order; Members[Rank] is this one.
+	// IDs must be distinct and non-empty. Required.
+	Members []transport.PeerID
+	// Rank is this worker's index in Members.
+	Rank int
+	// ChunkBytes is the pipeline chunk size in bytes. Default 1 MiB.
+	ChunkBytes int
+	// SmallBytes is the allreduce size, in bytes, below which recursive
+	// doubling runs instead of the ring. 0 means DefaultCostModel's
+	// Threshold for len(Members); a negative value means always the ring.
+	SmallBytes int
+	// BaseTimeout is the fixed part of a collective's deadline, to which
+	// the time its bytes take at a quarter of the measured throughput is
+	// added. Default 2 s.
+	BaseTimeout time.Duration
+	// MaxTimeout caps a collective's deadline. Default 60 s.
+	MaxTimeout time.Duration
+	// Logger receives failures. The zero Logger discards.
+	Logger zerolog.Logger
+}
+
+// Defaults.
+const (
+	DefaultChunkBytes  = 1 << 20
+	DefaultBaseTimeout = 2 * time.Second
+	DefaultMaxTimeout  = 60 * time.Second
+)
+
+// maxChunkBytes keeps ChunkSize within wire.Header's uint32.
+const maxChunkBytes = 1 << 30
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	n := len(c.Members)
+	switch {
+	case n == 0:
+		return invalid("no members")
+	case c.Rank < 0 || c.Rank >= n:
+		return invalid("rank %d not in [0, %d)", c.Rank, n)
+	case c.ChunkBytes < 0 || c.ChunkBytes > maxChunkBytes:
+		return invalid("chunk size %d bytes not in [0, %d]", c.ChunkBytes, maxChunkBytes)
+	case c.BaseTimeout < 0:
+		return invalid("base timeout %v < 0", c.BaseTimeout)
+	case c.MaxTimeout < 0:
+		return invalid("max timeout %v < 0", c.MaxTimeout)
+	case n > math.MaxUint32:
+		return invalid("%d members", n)
+	}
+	seen := make(map[transport.PeerID]bool, n)
+	for i, m := range c.Members {
+		if m == "" {
+			return invalid("member %d has an empty id", i)
+		}
+		if seen[m] {
+			return invalid("member %s listed twice", m)
+		}
+		seen[m] = true
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = DefaultChunkBytes
+	}
+	if c.BaseTimeout == 0 {
+		c.BaseTimeout = DefaultBaseTimeout
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	switch {
+	case c.SmallBytes == 0:
+		c.SmallBytes = DefaultCostModel.Threshold(len(c.Members))
+	case c.SmallBytes < 0:
+		c.SmallBytes = 0
+	}
+	c.Members = append([]transport.PeerID(nil), c.Members...)
+	return c
+}
+
+// Comm runs collectives among a fixed set of members over a transport.
+//
+// A Comm runs one collective at a time: concurrent calls are serialized by
+// a mutex, in call order, which every rank must make the same. Each
+// collective takes the next sequence number, and every message carries
+// (Epoch, Seq, Step, Chunk, DType, Op, Total, Algo, ChunkSize); a receiver
+// checks each field against its own plan and fails with ErrMismatch on any
+// difference, so ranks that disagree about a collective find out from the
+// first message instead of corrupting data.
+//
+// Failure. A collective fails with a *MismatchError, a transport error
+// naming the peer (errors.Is(err, transport.ErrPeerGone); transport.PeerOf
+// names it), a *TimeoutError once its deadline passes (BaseTimeout plus the
+// time its bytes take at a quarter of the measured throughput, at most
+// MaxTimeout and never after ctx's deadline), or ctx's error. A rank that
+// fails sends an abort marker to every peer its plan sends to; a rank that
+// receives one fails with an *AbortError of the same class and forwards it,
+// so a failure reaches the ranks still waiting instead of leaving them to
+// their deadlines. The data buffer then holds unspecified values.
+//
+// After a failure the caller should treat the data-plane state as suspect:
+// the epoch/recovery layer rolls back, forms the next view and builds a new
+// Comm with a larger Epoch over transports it has reconnected. A Comm whose
+// collective failed with ErrMismatch (no peer lost, no message cut off) may
+// also be used again: messages left over from an older Seq or Epoch are
+// discarded by the receiver, so the next collective starts clean. (So a
+// rank left behind in an older epoch looks like a silent peer to the newer
+// ones, which fail by deadline rather than with ErrMismatch.) A failure
+// reaches every rank that still has a receive pending that depends on the
+// failed rank; a rank whose plan had nothing left to receive (the root of a
+// broadcast, for instance) may return nil while others fail, and learns of
+// it at its next collective.
+//
+// Close stops the Comm's goroutines; it does not close the transport, which
+// the caller owns.
+type Comm struct {
+	t       transport.Transport
+	cfg     Config
+	members []transport.PeerID
+	log     zerolog.Logger
+
+	mu      sync.Mutex // held for a whole collective
+	seq     uint64
+	bw      float64 // bytes per second, for deadlines
+	plans   planCache
+	scratch []byte
+	dirty   []bool // per rank: leftovers of a failed collective may be queued
+	op      op
+	ctx     *opCtx
+	shut    bool
+
+	sendc   chan struct{} // starts the send walker on op
+	sendFin chan struct{} // the send walker finished
+	watchc  chan watchReq
+	endc    chan struct{} // the collective ended; to the watchdog
+	closing chan struct{} // closed first by Close: cancels the collective
+	quit    chan struct{} // closed by Close under mu: goroutines exit
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+// NewComm returns a communicator for cfg over t. The caller has already
+// connected t to every member this rank sends to (with the ring, all of
+// them may be, depending on the algorithm: connecting to every member is
+// simplest). It starts two goroutines, which Close stops.
+func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
+	if t == nil {
+		return nil, invalid("nil transport")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := len(cfg.Members)
+	c := &Comm{
+		t:       t,
+		cfg:     cfg,
+		members: cfg.Members,
+		log:     cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
+		bw:      initialBandwidth,
+		dirty:   make([]bool, n),
+		ctx:     newOpCtx(),
+		sendc:   make(chan struct{}),
+		sendFin: make(chan struct{}, 1),
+		watchc:  make(chan watchReq),
+		endc:    make(chan struct{}),
+		closing: make(chan struct{}),
+		quit:    make(chan struct{}),
+	}
+	// A new Comm may share its transport with an older one that failed, so
+	// every peer may have leftovers queued until proven otherwise.
+	for i := range c.dirty {
+		c.dirty[i] = true
+	}
+	c.op = op{c: c, sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
+	c.wg.Add(2)
+	go c.sender()
+	go c.watchdog()
+	return c, nil
+}
+
+// Rank returns this worker's rank.
+func (c *Comm) Rank() int { return c.cfg.Rank }
+
+// Size returns the number of members.
+func (c *Comm) Size() int { return len(c.members) }
+
+// Close cancels the collective in progress, which fails with ErrClosed,
+// and stops the Comm's goroutines. Later calls return ErrClosed. It is
+// idempotent and does not close the transport.
+func (c *Comm) Close() error {
+	c.once.Do(func() {
+		close(c.closing)
+		c.mu.Lock()
+		c.shut = true
+		close(c.quit)
+		c.mu.Unlock()
+		c.wg.Wait()
+		// Ends the Done channel the transports may be watching.
+		c.ctx.cancel(ErrClosed)
+	})
+	return nil
+}
+
+// lock takes the collective mutex, or reports a closed Comm.
+func (c *Comm) lock() error {
+	c.mu.Lock()
+	if c.shut {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// elemSize returns the element size of dtype, and its kernels type if it
+// can be reduced.
+func elemSize(dtype wire.DType) (int, kernels.DType, error) {
+	switch dtype {
+	case wire.DTypeFloat32:
+		return 4, kernels.Float32, nil
+	case wire.DTypeFloat64:
+		return 8, kernels.Float64, nil
+	case wire.DTypeInt32:
+		return 4, kernels.Int32, nil
+	case wire.DTypeInt64:
+		return 8, kernels.Int64, nil
+	case wire.DTypeBytes, wire.DTypeBF16, wire.DTypeFP16:
+		return dtype.Size(), 0, nil
+	}
+	return 0, 0, invalid("unknown dtype %v", dtype)
+}
+
+// checkData validates a buffer of dtype elements and returns its element
+// size and length in elements.
+func checkData(dtype wire.DType, data []byte) (es, length int, kdt kernels.DType, err error) {
+	es, kdt, err = elemSize(dtype)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if len(data)%es != 0 {
+		return 0, 0, 0, invalid("%d bytes is not a whole number of %v", len(data), dtype)
+	}
+	if len(data) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(es) != 0 {
+		return 0, 0, 0, invalid("buffer not aligned for %v", dtype)
+	}
+	return es, len(data) / es, kdt, nil
+}
+
+// reduction maps a wire operator onto the kernels one, with the Avg scale.
+func reduction(dtype wire.DType, kdt kernels.DType, wop wire.Op, n int) (kernels.Op, float64, error) {
+	if kdt == 0 {
+		return 0, 0, invalid("cannot reduce %v", dtype)
+	}
+	switch wop {
+	case wire.OpSum:
+		return kernels.OpSum, 0, nil
+	case wire.OpMin:
+		return kernels.OpMin, 0, nil
+	case wire.OpMax:
+		return kernels.OpMax, 0, nil
+	case wire.OpAvg:
+		if kdt != kernels.Float32 && kdt != kernels.Float64 {
+			return 0, 0, invalid("avg of %v", dtype)
+		}
+		return kernels.OpSum, 1 / float64(n), nil
+	}
+	return 0, 0, invalid("unknown op %v", wop)
+}
+
+// chunkElems returns the pipeline chunk in elements of es bytes.
+func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
+
+// AllReduce replaces data, a buffer of dtype elements, with the reduction
+// by op of every member's data, in place. Every rank ends bit-identical.
+// dtype is float32, float64, int32 or int64; op is Sum, Min, Max, or Avg
+// for floats (the sum divided by the number of members, once per element).
+// Buffers below SmallBytes run recursive doubling, others the pipelined
+// ring. It blocks until the collective completes or fails (see Comm).
+func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
+	es, length, kdt, err := checkData(dtype, data)
+	if err != nil {
+		return err
+	}
+	kop, scale, err := reduction(dtype, kdt, wop, len(c.members))
+	if err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	n := len(c.members)
+	key := planKey{algo: Choose(n, len(data), c.cfg.SmallBytes), n: n, rank: c.cfg.Rank, length: length}
+	if key.algo == AlgoRing {
+		key.chunk = c.chunkElems(es)
+	}
+	e, err := c.plans.get(key)
+	if err != nil {
+		return err
+	}
+	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
+	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
+}
+
+// ReduceScatter reduces every member's data by op, in place, leaving rank
+// r's share of the result at Segments(len(data)/size, Size())[r] of its
+// buffer; the rest of the buffer holds partial results. Types and
+// operators are those of AllReduce.
+func (c *Comm) ReduceScatter(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
+	es, length, kdt, err := checkData(dtype, data)
+	if err != nil {
+		return err
+	}
+	kop, scale, err := reduction(dtype, kdt, wop, len(c.members))
+	if err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	e, err := c.plans.get(planKey{algo: AlgoRingReduceScatter, n: len(c.members), rank: c.cfg.Rank,
+		length: length, chunk: c.chunkElems(es)})
+	if err != nil {
+		return err
+	}
+	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
+	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
+}
+
+// AllGather gathers in place: rank r contributes the elements at
+// Segments(len(data)/size, Size())[r] of its buffer, and every rank ends
+// with every rank's contribution at its place. For contributions of k
+// elements each, data holds Size()·k elements. dtype may be any wire dtype.
+func (c *Comm) AllGather(ctx context.Context, dtype wire.DType, data []byte) error {
+	es, length, _, err := checkData(dtype, data)
+	if err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	e, err := c.plans.get(planKey{algo: AlgoRingAllGather, n: len(c.members), rank: c.cfg.Rank,
+		length: length, chunk: c.chunkElems(es)})
+	if err != nil {
+		return err
+	}
+	c.op.scale = 0
+	return c.run(ctx, e, header(dtype, wire.OpNone, e, es), data, es)
+}
+
+// Broadcast copies root's data to every other rank, along a pipelined
+// chain around the ring. dtype may be any wire dtype.
+//
+// The root is not carried in the headers as such: each message's Step is
+// its sender's distance from the root, which the receiver checks against
+// its own, so ranks that disagree about the root fail with ErrMismatch
+// wherever a message crosses between them. Disagreements that make no
+// message cross (every rank believing itself the root) go undetected.
+func (c *Comm) Broadcast(ctx context.Context, root int, dtype wire.DType, data []byte) error {
+	es, length, _, err := checkData(dtype, data)
+	if err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	e, err := c.plans.get(planKey{algo: AlgoRingBroadcast, n: len(c.members), rank: c.cfg.Rank,
+		root: root, length: length, chunk: c.chunkElems(es)})
+	if err != nil {
+		return err
+	}
+	c.op.scale = 0
+	return c.run(ctx, e, header(dtype, wire.OpNone, e, es), data, es)
+}
+
+// Barrier returns once every member has entered it: a dissemination
+// barrier of ⌈log2 n⌉ rounds of empty messages.
+func (c *Comm) Barrier(ctx context.Context) error {
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	e, err := c.plans.get(planKey{algo: AlgoBarrier, n: len(c.members), rank: c.cfg.Rank})
+	if err != nil {
+		return err
+	}
+	c.op.scale = 0
+	return c.run(ctx, e, header(wire.DTypeBytes, wire.OpNone, e, 1), nil, 1)
+}
+
+// header returns the collective fields every message of a run carries,
+// but for Epoch and Seq, which run fills.
+func header(dtype wire.DType, wop wire.Op, e *planEntry, es int) wire.Header {
+	return wire.Header{DType: dtype, Op: wop, Total: uint64(e.plan.Length),
+		ChunkSize: uint32(e.plan.ChunkElems * es)}
+}
+
+// AllReduce is Comm.AllReduce on a typed buffer, viewed as bytes without a
+// copy.
+func AllReduce[T kernels.Number](ctx context.Context, c *Comm, op wire.Op, data []T) error {
+	return c.AllReduce(ctx, wireDType[T](), op, kernels.Bytes(data))
+}
+
+// ReduceScatter is Comm.ReduceScatter on a typed buffer.
+func ReduceScatter[T kernels.Number](ctx context.Context, c *Comm, op wire.Op, data []T) error {
+	return c.ReduceScatter(ctx, wireDType[T](), op, kernels.Bytes(data))
+}
+
+// AllGather is Comm.AllGather on a typed buffer.
+func AllGather[T kernels.Number](ctx context.Context, c *Comm, data []T) error {
+	return c.AllGather(ctx, wireDType[T](), kernels.Bytes(data))
+}
+
+// Broadcast is Comm.Broadcast on a typed buffer.
+func Broadcast[T kernels.Number](ctx context.Context, c *Comm, root int, data []T) error {
+	return c.Broadcast(ctx, root, wireDType[T](), kernels.Bytes(data))
+}
+
+// wireDType maps T onto its wire dtype by size and by whether 1/2
+// truncates.
+func wireDType[T kernels.Number]() wire.DType {
+	var z T
+	isFloat := T(1)/2 != 0
+	switch {
+	case unsafe.Sizeof(z) == 4 && isFloat:
+		return wire.DTypeFloat32
+	case unsafe.Sizeof(z) == 4:
+		return wire.DTypeInt32
+	case isFloat:
+		return wire.DTypeFloat64
+	}
+	return wire.DTypeInt64
+}
+
+// planKey identifies a plan: every constructor is a pure function of it.
+type planKey struct {
+	algo                         Algo
+	n, rank, root, length, chunk int
+}
+
+// planEntry is a cached plan and the scratch it needs.
+type planEntry struct {
+	plan Plan
+	// maxRecv is the longest receive in elements: the scratch a receive
+	// needs when it cannot go straight into the buffer.
+	maxRecv int
+}
+
+// planCache keeps the last few plans. A training loop reuses a handful of
+// shapes (its buckets), so a small cache replaced round robin holds them
+// all, and looking one up is a short linear scan.
+type planCache struct {
+	keys    [planCacheSize]planKey
+	entries [planCacheSize]*planEntry
+	next    int
+}
+
+const planCacheSize = 16
+
+func (pc *planCache) get(k planKey) (*planEntry, error) {
+	for i := range pc.entries {
+		if pc.entries[i] != nil && pc.keys[i] == k {
+			return pc.entries[i], nil
+		}
+	}
+	var p Plan
+	var err error
+	switch k.algo {
+	case AlgoRing:
+		p, err = RingAllReduce(k.n, k.rank, k.length, k.chunk)
+	case AlgoRecursiveDoubling:
+		p, err = RecursiveDoubling(k.n, k.rank, k.length)
+	case AlgoRingReduceScatter:
+		p, err = RingReduceScatter(k.n, k.rank, k.length, k.chunk)
+	case AlgoRingAllGather:
+		p, err = RingAllGather(k.n, k.rank, k.length, k.chunk)
+	case AlgoRingBroadcast:
+		p, err = RingBroadcast(k.n, k.rank, k.root, k.length, k.chunk)
+	case AlgoBarrier:
+		p, err = Barrier(k.n, k.rank)
+	default:
+		err = fmt.Errorf("%w: algorithm %v", ErrInvalid, k.algo)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := &planEntry{plan: p}
+	for _, x := range p.Recvs {
+		e.maxRecv = max(e.maxRecv, x.Len)
+	}
+	pc.keys[pc.next], pc.entries[pc.next] = k, e
+	pc.next = (pc.next + 1) % planCacheSize
+	return e, nil
+}

@@ -1,0 +1,162 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gyre-ml/gyre/transport"
+)
+
+var (
+	// ErrMismatch is matched by every error that reports ranks disagreeing
+	// about a collective: a *MismatchError found locally, or an *AbortError
+	// whose origin found one.
+	ErrMismatch = errors.New("ring: collective mismatch")
+	// ErrAborted is matched by every *AbortError: another rank failed the
+	// collective and told this one.
+	ErrAborted = errors.New("ring: collective aborted by a peer")
+	// ErrTimeout is matched by every *TimeoutError: the collective did not
+	// finish within its deadline.
+	ErrTimeout = errors.New("ring: collective deadline exceeded")
+	// ErrClosed is returned by calls on a closed Comm.
+	ErrClosed = errors.New("ring: communicator closed")
+)
+
+// MismatchError reports a message whose header disagrees with what this
+// rank's own plan expects: the ranks are not running the same collective.
+// It matches ErrMismatch.
+type MismatchError struct {
+	// Peer sent the message.
+	Peer transport.PeerID
+	// Field names the header field that differs: "epoch", "seq", "algo",
+	// "dtype", "op", "total", "chunk size", "step", "chunk", "length" (the
+	// payload's byte length) or "kind".
+	Field string
+	// Want is this rank's value, Got the peer's.
+	Want, Got uint64
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("ring: mismatch with peer %s: %s: want %d, got %d", e.Peer, e.Field, e.Want, e.Got)
+}
+
+// Is makes every MismatchError match ErrMismatch.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// AbortReason says why the rank that started an abort failed. It travels in
+// the abort marker.
+type AbortReason uint8
+
+// Abort reasons.
+const (
+	AbortOther    AbortReason = iota // a local error of another kind
+	AbortMismatch                    // a header mismatch (ErrMismatch)
+	AbortPeerGone                    // a transport error with a peer (transport.ErrPeerGone)
+	AbortTimeout                     // the deadline passed (ErrTimeout)
+	AbortCanceled                    // the caller's context ended
+	abortReasonEnd
+)
+
+func (r AbortReason) String() string {
+	switch r {
+	case AbortMismatch:
+		return "mismatch"
+	case AbortPeerGone:
+		return "peer gone"
+	case AbortTimeout:
+		return "timeout"
+	case AbortCanceled:
+		return "canceled"
+	}
+	return "other"
+}
+
+// AbortError reports that a peer failed the collective and sent an abort
+// marker, which this rank received (and forwarded to the peers its own
+// plan sends to). It matches ErrAborted, and also the class of the origin's
+// failure: ErrMismatch for AbortMismatch, transport.ErrPeerGone for
+// AbortPeerGone (transport.PeerOf then names Culprit), ErrTimeout for
+// AbortTimeout and context.Canceled for AbortCanceled.
+type AbortError struct {
+	// From is the peer the marker came from.
+	From transport.PeerID
+	// Origin is the rank that failed first.
+	Origin transport.PeerID
+	// Culprit is the peer the origin's failure was about: the peer that
+	// sent it a mismatching message or whose connection failed. It equals
+	// Origin when the origin does not know one.
+	Culprit transport.PeerID
+	Reason  AbortReason
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("ring: collective aborted (marker from %s): %s failed with %s involving %s",
+		e.From, e.Origin, e.Reason, e.Culprit)
+}
+
+// Is matches ErrAborted and the error class of Reason.
+func (e *AbortError) Is(target error) bool {
+	switch target {
+	case ErrAborted:
+		return true
+	case ErrMismatch:
+		return e.Reason == AbortMismatch
+	case ErrTimeout:
+		return e.Reason == AbortTimeout
+	case context.Canceled:
+		return e.Reason == AbortCanceled
+	}
+	return false
+}
+
+// Unwrap returns, for AbortPeerGone, a *transport.PeerError naming Culprit,
+// so that errors.Is(err, transport.ErrPeerGone) and transport.PeerOf work
+// through an abort as they do on the rank that saw the failure itself.
+func (e *AbortError) Unwrap() error {
+	if e.Reason == AbortPeerGone {
+		return &transport.PeerError{Peer: e.Culprit, Op: "abort", Err: errRemoteFailure}
+	}
+	return nil
+}
+
+var errRemoteFailure = errors.New("reported by another rank's abort")
+
+// TimeoutError reports a collective that did not finish within its
+// deadline, typically because a peer froze or a link black-holes traffic.
+// It matches ErrTimeout and context.DeadlineExceeded.
+type TimeoutError struct {
+	// Peer is the peer this rank was waiting for when the deadline passed,
+	// if it was waiting on a receive; empty otherwise.
+	Peer transport.PeerID
+	// Deadline is the time the collective was allowed.
+	Deadline time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	if e.Peer == "" {
+		return fmt.Sprintf("ring: collective did not finish within %v", e.Deadline)
+	}
+	return fmt.Sprintf("ring: collective did not finish within %v (waiting for %s)", e.Deadline, e.Peer)
+}
+
+// Is matches ErrTimeout and context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// reasonOf classifies a local failure for the abort marker.
+func reasonOf(err error) AbortReason {
+	switch {
+	case errors.Is(err, ErrMismatch):
+		return AbortMismatch
+	case errors.Is(err, transport.ErrPeerGone):
+		return AbortPeerGone
+	case errors.Is(err, ErrTimeout):
+		return AbortTimeout
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return AbortCanceled
+	}
+	return AbortOther
+}

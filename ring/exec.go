@@ -1,0 +1,550 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// This file is the executor: it runs one Plan over a transport.Transport as
+// Plan's documentation describes. The receive walker runs on the caller's
+// goroutine, the send walker on a goroutine the Comm keeps, and a third
+// kept goroutine (the watchdog) enforces the deadline and the caller's
+// context. All three exchange only preallocated values over channels, so a
+// collective in steady state allocates nothing.
+
+// Internal causes of an op context's cancellation. They never reach the
+// caller: run translates them.
+var (
+	errDeadline   = errors.New("ring: deadline")
+	errSendFailed = errors.New("ring: send walker failed")
+	errStopped    = errors.New("ring: stopped after a failure")
+)
+
+// opCtx is the context.Context of the collective in progress. It is reused
+// from one collective to the next, and so is its Done channel as long as it
+// was not cancelled: creating a context per collective would allocate, and
+// the transports register context.AfterFunc once per distinct Done channel,
+// which allocates too. A cancelled opCtx gets a fresh channel on reset.
+type opCtx struct {
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+	parent   context.Context
+	deadline time.Time
+}
+
+func newOpCtx() *opCtx {
+	return &opCtx{done: make(chan struct{}), parent: context.Background()}
+}
+
+// Deadline returns the earlier of the collective's deadline and its
+// parent's.
+func (c *opCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+		return d, true
+	}
+	return c.deadline, true
+}
+
+func (c *opCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+func (c *opCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *opCtx) Value(key any) any {
+	c.mu.Lock()
+	p := c.parent
+	c.mu.Unlock()
+	return p.Value(key)
+}
+
+// cancel ends the context with err unless it has ended already.
+func (c *opCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+		close(c.done)
+	}
+}
+
+// reset readies the context for the next collective.
+func (c *opCtx) reset(parent context.Context, deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		c.done = make(chan struct{})
+		c.err = nil
+	}
+	c.parent, c.deadline = parent, deadline
+}
+
+// watchReq starts the watchdog on one collective.
+type watchReq struct {
+	parent  context.Context
+	timeout time.Duration
+}
+
+// op is the state of the collective in progress, shared by the walkers.
+// The Comm owns one and reuses it.
+type op struct {
+	c       *Comm
+	plan    *Plan
+	data    []byte
+	scratch []byte
+	es      int // element size in bytes
+	hdr     wire.Header
+	kdt     kernels.DType
+	kop     kernels.Op
+	scale   float64 // Avg: multiply by this at each Final receive; 0 otherwise
+	timeout time.Duration
+
+	// sent and recvd count completed sends and receives: the one counter
+	// per walker that After waits compare against.
+	sent, recvd atomic.Int64
+	// sendWake and recvWake carry a token after each completion, to wake
+	// the other walker if it waits. One token of room suffices: each has
+	// one reader, which rechecks the counter after waking.
+	sendWake, recvWake chan struct{}
+	// stop asks the send walker to stop before its next send.
+	stop    atomic.Bool
+	sendErr error
+	// waiting is the peer the receive walker is receiving from; read after
+	// the walkers finish, to name the peer in a timeout.
+	waiting int
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// waitRecvs waits until more than after receives have completed.
+func (o *op) waitRecvs(after int) error {
+	ctx := o.c.ctx
+	for {
+		if o.stop.Load() {
+			return errStopped
+		}
+		if o.recvd.Load() > int64(after) {
+			return nil
+		}
+		select {
+		case <-o.recvWake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitSends waits until more than after sends have completed.
+func (o *op) waitSends(after int) error {
+	ctx := o.c.ctx
+	for o.sent.Load() <= int64(after) {
+		select {
+		case <-o.sendWake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// walkSends runs the plan's sends in order.
+func (o *op) walkSends() error {
+	c := o.c
+	p := o.plan
+	for i := range p.Sends {
+		x := &p.Sends[i]
+		if err := o.waitRecvs(x.After); err != nil {
+			return err
+		}
+		h := o.hdr
+		h.Step, h.Chunk = uint32(x.Step), uint32(x.Chunk)
+		payload := o.data[x.Off*o.es : x.End()*o.es]
+		if err := c.t.Send(c.ctx, c.members[x.Peer], transport.ChanData, h, payload); err != nil {
+			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
+				return ce
+			}
+			return fmt.Errorf("ring: %v seq %d: send to %s (rank %d): %w",
+				p.Algo, o.hdr.Seq, c.members[x.Peer], x.Peer, err)
+		}
+		o.sent.Add(1)
+		wake(o.sendWake)
+	}
+	return nil
+}
+
+// walkRecvs runs the plan's receives in order.
+func (o *op) walkRecvs() error {
+	c := o.c
+	p := o.plan
+	for j := range p.Recvs {
+		x := &p.Recvs[j]
+		span := o.data[x.Off*o.es : x.End()*o.es]
+		// Overwriting receives go straight into the buffer, unless leftovers
+		// of an aborted collective may still be queued from the peer: a
+		// stale message must not overwrite data a send has yet to read.
+		direct := !x.Reduce && !c.dirty[x.Peer]
+		buf := span
+		if !direct {
+			buf = o.scratch[:len(span)]
+		}
+		o.waiting = x.Peer
+		if err := o.recv(x, buf); err != nil {
+			return err
+		}
+		switch {
+		case x.Reduce:
+			// The message is off the transport; only now wait for the send
+			// that still reads the span, else recursive doubling deadlocks.
+			if err := o.waitSends(x.After); err != nil {
+				return err
+			}
+			if err := kernels.ReduceBytes(o.kdt, o.kop, span, buf); err != nil {
+				return fmt.Errorf("ring: reduce: %w", err)
+			}
+			if x.Final && o.scale != 0 {
+				if err := kernels.ScaleBytes(o.kdt, span, o.scale); err != nil {
+					return fmt.Errorf("ring: scale: %w", err)
+				}
+			}
+		case !direct:
+			copy(span, buf)
+		}
+		o.recvd.Add(1)
+		wake(o.recvWake)
+	}
+	return nil
+}
+
+// recv takes the message for x off the transport into buf, discarding
+// leftovers of earlier collectives, and checks its header.
+func (o *op) recv(x *Xfer, buf []byte) error {
+	c := o.c
+	peer := c.members[x.Peer]
+	for {
+		h, n, err := c.t.Recv(c.ctx, peer, transport.ChanData, buf)
+		if err != nil && !errors.Is(err, wire.ErrShortBuffer) {
+			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
+				return ce
+			}
+			return fmt.Errorf("ring: %v seq %d: recv from %s (rank %d): %w",
+				o.plan.Algo, o.hdr.Seq, peer, x.Peer, err)
+		}
+		if h.Epoch < o.hdr.Epoch || h.Epoch == o.hdr.Epoch && h.Seq < o.hdr.Seq {
+			continue // a leftover of an aborted collective
+		}
+		// Every earlier message from the peer is now consumed.
+		c.dirty[x.Peer] = false
+		if h.Kind == wire.KindControl && h.Epoch == o.hdr.Epoch && h.Seq == o.hdr.Seq {
+			return o.abortError(x.Peer, h)
+		}
+		return o.check(x, h, n, err, len(buf))
+	}
+}
+
+// check compares a received header with what x expects.
+func (o *op) check(x *Xfer, h wire.Header, n int, rerr error, want int) error {
+	w := &o.hdr
+	field, wv, gv := "", uint64(0), uint64(0)
+	switch {
+	case h.Epoch != w.Epoch:
+		field, wv, gv = "epoch", w.Epoch, h.Epoch
+	case h.Seq != w.Seq:
+		field, wv, gv = "seq", w.Seq, h.Seq
+	case h.Kind != wire.KindData:
+		field, wv, gv = "kind", uint64(wire.KindData), uint64(h.Kind)
+	case h.Algo != w.Algo:
+		field, wv, gv = "algo", uint64(w.Algo), uint64(h.Algo)
+	case h.DType != w.DType:
+		field, wv, gv = "dtype", uint64(w.DType), uint64(h.DType)
+	case h.Op != w.Op:
+		field, wv, gv = "op", uint64(w.Op), uint64(h.Op)
+	case h.Total != w.Total:
+		field, wv, gv = "total", w.Total, h.Total
+	case h.ChunkSize != w.ChunkSize:
+		field, wv, gv = "chunk size", uint64(w.ChunkSize), uint64(h.ChunkSize)
+	case h.Step != uint32(x.Step):
+		field, wv, gv = "step", uint64(x.Step), uint64(h.Step)
+	case h.Chunk != uint32(x.Chunk):
+		field, wv, gv = "chunk", uint64(x.Chunk), uint64(h.Chunk)
+	case rerr != nil || n != want:
+		field, wv, gv = "length", uint64(want), h.Len
+	default:
+		return nil
+	}
+	return &MismatchError{Peer: o.c.members[x.Peer], Field: field, Want: wv, Got: gv}
+}
+
+// abortError decodes an abort marker received from rank from.
+func (o *op) abortError(from int, h wire.Header) error {
+	c := o.c
+	name := func(r uint32) transport.PeerID {
+		if int(r) < len(c.members) {
+			return c.members[r]
+		}
+		return transport.PeerID(fmt.Sprintf("rank(%d)", r))
+	}
+	reason := AbortReason(h.Flags)
+	if reason >= abortReasonEnd {
+		reason = AbortOther
+	}
+	return &AbortError{From: c.members[from], Origin: name(h.Step), Culprit: name(h.Chunk), Reason: reason}
+}
+
+// sender is the send walker's goroutine.
+func (c *Comm) sender() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.sendc:
+		case <-c.quit:
+			return
+		}
+		err := c.op.walkSends()
+		if err != nil && err != errStopped {
+			// Unblock the receive walker: the collective has failed.
+			c.ctx.cancel(errSendFailed)
+		}
+		c.op.sendErr = err
+		c.sendFin <- struct{}{}
+	}
+}
+
+// watchdog ends the collective in progress when its deadline passes, its
+// caller's context ends or the Comm closes.
+func (c *Comm) watchdog() {
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		var req watchReq
+		select {
+		case req = <-c.watchc:
+		case <-c.quit:
+			return
+		}
+		t.Reset(req.timeout)
+		parent, closing := req.parent.Done(), c.closing
+	wait:
+		for {
+			select {
+			case <-parent:
+				c.ctx.cancel(req.parent.Err())
+				parent = nil
+			case <-t.C:
+				c.ctx.cancel(errDeadline)
+			case <-closing:
+				c.ctx.cancel(ErrClosed)
+				closing = nil
+			case <-c.endc:
+				break wait
+			}
+		}
+		t.Stop()
+	}
+}
+
+// stopGrace is how long a failed collective lets a send in progress finish
+// before cancelling it. A send cut off mid-message leaves the stream out of
+// step, so the peer would see a broken connection instead of the abort
+// marker that follows; a send whose receiver is still reading finishes in
+// far less time than this.
+const stopGrace = 250 * time.Millisecond
+
+// abortSendTimeout bounds the sending of abort markers.
+const abortSendTimeout = time.Second
+
+// run executes plan on data. c.mu is held.
+func (c *Comm) run(ctx context.Context, e *planEntry, hdr wire.Header, data []byte, es int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if uint64(e.plan.ChunkElems)*uint64(es) > math.MaxUint32 {
+		return invalid("%d-byte messages exceed the header's chunk size", e.plan.ChunkElems*es)
+	}
+	c.seq++
+	hdr.Kind, hdr.Epoch, hdr.Seq = wire.KindData, c.cfg.Epoch, c.seq
+	hdr.Algo = uint8(e.plan.Algo)
+	o := &c.op
+	o.plan, o.data, o.es, o.hdr = &e.plan, data, es, hdr
+	if need := e.maxRecv * es; len(c.scratch) < need {
+		c.scratch = make([]byte, need)
+	}
+	o.scratch = c.scratch
+	o.sent.Store(0)
+	o.recvd.Store(0)
+	o.stop.Store(false)
+	o.sendErr, o.waiting = nil, -1
+	o.timeout = c.timeout(len(data))
+	start := time.Now()
+	c.ctx.reset(ctx, start.Add(o.timeout))
+	c.watchc <- watchReq{parent: ctx, timeout: o.timeout}
+
+	sends := len(e.plan.Sends) > 0
+	if sends {
+		c.sendc <- struct{}{}
+	}
+	rerr := o.walkRecvs()
+	if rerr == nil {
+		o.waiting = -1
+	}
+	var serr error
+	if sends {
+		if rerr != nil {
+			o.stop.Store(true)
+			wake(o.recvWake)
+			grace := time.NewTimer(stopGrace)
+			select {
+			case <-c.sendFin:
+			case <-grace.C:
+				c.ctx.cancel(errStopped)
+				<-c.sendFin
+			}
+			grace.Stop()
+		} else {
+			<-c.sendFin
+		}
+		serr = o.sendErr
+	}
+	c.endc <- struct{}{}
+
+	err := rerr
+	if err == nil || errors.Is(err, errSendFailed) || errors.Is(err, errStopped) {
+		if serr != nil && serr != errStopped {
+			err = serr
+		}
+	}
+	if err == nil {
+		c.observe(len(data), time.Since(start))
+		return nil
+	}
+	err = c.translate(err, o)
+	c.fail(o, err)
+	return err
+}
+
+// translate turns the op context's internal causes into the errors callers
+// see.
+func (c *Comm) translate(err error, o *op) error {
+	switch {
+	case errors.Is(err, errDeadline):
+		t := &TimeoutError{Deadline: o.timeout}
+		if o.waiting >= 0 {
+			t.Peer = c.members[o.waiting]
+		}
+		return fmt.Errorf("ring: %v seq %d: %w", o.plan.Algo, o.hdr.Seq, t)
+	case errors.Is(err, ErrClosed):
+		return ErrClosed
+	case errors.Is(err, errStopped), errors.Is(err, errSendFailed):
+		// Unreachable: a stop or a send failure always comes with its cause.
+		return fmt.Errorf("ring: %v seq %d: %w", o.plan.Algo, o.hdr.Seq, ErrAborted)
+	}
+	return err
+}
+
+// fail marks every peer as possibly holding leftovers and tells the peers
+// the plan sends to that the collective failed.
+func (c *Comm) fail(o *op, err error) {
+	for i := range c.dirty {
+		c.dirty[i] = true
+	}
+	h := o.hdr
+	h.Kind = wire.KindControl
+	skip := -1
+	var ae *AbortError
+	if errors.As(err, &ae) {
+		h.Flags = uint8(ae.Reason)
+		h.Step, h.Chunk = uint32(c.rankOf(ae.Origin)), uint32(c.rankOf(ae.Culprit))
+		skip = c.rankOf(ae.From)
+		c.log.Debug().Err(err).Uint64("seq", h.Seq).Msg("collective aborted by a peer")
+	} else {
+		culprit := c.cfg.Rank
+		var me *MismatchError
+		var te *TimeoutError
+		switch {
+		case errors.As(err, &me):
+			culprit = c.rankOf(me.Peer)
+		case errors.As(err, &te) && te.Peer != "":
+			culprit = c.rankOf(te.Peer)
+		default:
+			if p, ok := transport.PeerOf(err); ok {
+				culprit = c.rankOf(p)
+			}
+		}
+		if culprit < 0 {
+			culprit = c.cfg.Rank
+		}
+		h.Flags = uint8(reasonOf(err))
+		h.Step, h.Chunk = uint32(c.cfg.Rank), uint32(culprit)
+		c.log.Warn().Err(err).Uint64("seq", h.Seq).Msg("collective failed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abortSendTimeout)
+	defer cancel()
+	sent := make(map[int]bool)
+	for _, x := range o.plan.Sends {
+		if x.Peer == skip || sent[x.Peer] {
+			continue
+		}
+		sent[x.Peer] = true
+		if serr := c.t.Send(ctx, c.members[x.Peer], transport.ChanData, h, nil); serr != nil {
+			c.log.Debug().Err(serr).Str("peer", string(c.members[x.Peer])).Msg("abort marker not sent")
+		}
+	}
+}
+
+// rankOf returns the rank of peer, or -1.
+func (c *Comm) rankOf(peer transport.PeerID) int {
+	for i, m := range c.members {
+		if m == peer {
+			return i
+		}
+	}
+	return -1
+}
+
+// timeout returns the deadline for a collective over a buffer of n bytes:
+// the base plus the time the bytes take at a quarter of the measured
+// throughput, capped by MaxTimeout.
+func (c *Comm) timeout(n int) time.Duration {
+	d := c.cfg.BaseTimeout + time.Duration(float64(n)/(c.bw/4)*float64(time.Second))
+	return min(d, c.cfg.MaxTimeout)
+}
+
+// observe folds a successful collective's throughput into the estimate the
+// deadlines use. Small collectives are latency-bound and say little about
+// bandwidth, so they are left out.
+func (c *Comm) observe(n int, d time.Duration) {
+	if n < minObservedBytes || d <= 0 {
+		return
+	}
+	bw := float64(n) / d.Seconds()
+	c.bw = max(0.75*c.bw+0.25*bw, minBandwidth)
+}
+
+const (
+	initialBandwidth = 100e6 // bytes per second, before any measurement
+	minBandwidth     = 10e6
+	minObservedBytes = 256 << 10
+)

@@ -1,0 +1,533 @@
+package ring
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kernels.DefaultWorker))
+}
+
+// cluster is n ranks, each with a transport and a Comm, connected to all
+// others.
+type cluster struct {
+	net   *mem.Network
+	ids   []transport.PeerID
+	trs   []transport.Transport
+	comms []*Comm
+}
+
+// testConfig is the Config a test rank gets by default: a deadline base long
+// enough for the race detector on two cores, so that tests that expect
+// another failure never see a timeout instead.
+func testConfig(tb testing.TB, ids []transport.PeerID, r int) Config {
+	cfg := Config{Epoch: 1, Members: ids, Rank: r, BaseTimeout: 30 * time.Second, Logger: zerolog.Nop()}
+	if t, ok := tb.(*testing.T); ok {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	}
+	return cfg
+}
+
+// newCluster starts n ranks over a fresh mem network; adjust, if not nil,
+// changes each rank's Config.
+func newCluster(tb testing.TB, n int, adjust func(*Config)) *cluster {
+	tb.Helper()
+	cl := &cluster{net: mem.NewNetwork(1)}
+	for r := range n {
+		id := transport.PeerID(fmt.Sprintf("r%d", r))
+		tr, err := cl.net.Join(id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { tr.Close() })
+		cl.ids = append(cl.ids, id)
+		cl.trs = append(cl.trs, tr)
+	}
+	ctx := context.Background()
+	for r, tr := range cl.trs {
+		for q, id := range cl.ids {
+			if q != r {
+				if err := tr.Connect(ctx, id, string(id)); err != nil {
+					tb.Fatal(err)
+				}
+			}
+		}
+	}
+	cl.comms = cl.newComms(tb, cl.ids, adjust)
+	return cl
+}
+
+// newComms makes a Comm per member of ids over the cluster's transports.
+func (cl *cluster) newComms(tb testing.TB, ids []transport.PeerID, adjust func(*Config)) []*Comm {
+	tb.Helper()
+	comms := make([]*Comm, len(ids))
+	for r, id := range ids {
+		cfg := testConfig(tb, ids, r)
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		c, err := NewComm(cl.trs[cl.index(id)], cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	return comms
+}
+
+// setLinks sets l on every link between two ranks.
+func (cl *cluster) setLinks(l mem.Link) {
+	for _, a := range cl.ids {
+		for _, b := range cl.ids {
+			if a != b {
+				cl.net.SetLink(a, b, l)
+			}
+		}
+	}
+}
+
+func (cl *cluster) index(id transport.PeerID) int {
+	for i, x := range cl.ids {
+		if x == id {
+			return i
+		}
+	}
+	panic("no such id " + id)
+}
+
+// each runs f for every comm concurrently and returns the errors by rank.
+func each(comms []*Comm, f func(r int, c *Comm) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() { errs[r] = f(r, c) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func mustAll(tb testing.TB, errs []error) {
+	tb.Helper()
+	for r, err := range errs {
+		if err != nil {
+			tb.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// randomInputs returns n buffers of length random elements: floats in
+// [-1, 1), integers in [-1000, 1000].
+func randomInputs[T kernels.Number](rng *rand.Rand, n, length int) [][]T {
+	isFloat := T(1)/2 != 0
+	bufs := make([][]T, n)
+	for r := range bufs {
+		b := make([]T, length)
+		for i := range b {
+			if isFloat {
+				b[i] = T(2*rng.Float64() - 1)
+			} else {
+				b[i] = T(rng.IntN(2001) - 1000)
+			}
+		}
+		bufs[r] = b
+	}
+	return bufs
+}
+
+// epsilon returns the unit roundoff of T, or 0 for integers.
+func epsilon[T kernels.Number]() float64 {
+	switch wireDType[T]() {
+	case wire.DTypeFloat32:
+		return 0x1p-23
+	case wire.DTypeFloat64:
+		return 0x1p-52
+	}
+	return 0
+}
+
+// checkReduced checks got[i] against the reduction by op of the inputs at
+// element i, exactly for Min and Max and for integers, and within the
+// rounding error summation order allows for float sums.
+func checkReduced[T kernels.Number](got []T, inputs [][]T, op wire.Op, from, to int) error {
+	n := len(inputs)
+	eps := epsilon[T]()
+	for i := from; i < to; i++ {
+		var ref, abs float64
+		var iref T
+		for r := range n {
+			v := inputs[r][i]
+			switch {
+			case r == 0:
+				iref = v
+			case op == wire.OpMin:
+				iref = min(iref, v)
+			case op == wire.OpMax:
+				iref = max(iref, v)
+			default:
+				iref += v
+			}
+			ref += float64(v)
+			abs += math.Abs(float64(v))
+		}
+		g := got[i]
+		switch {
+		case op == wire.OpMin || op == wire.OpMax || eps == 0:
+			if g != iref {
+				return fmt.Errorf("element %d: got %v, want %v", i, g, iref)
+			}
+		case op == wire.OpAvg:
+			want := ref / float64(n)
+			if d := math.Abs(float64(g) - want); d > (float64(n)*abs/float64(n)+math.Abs(want))*eps*2 {
+				return fmt.Errorf("element %d: got %v, want %v (off by %g)", i, g, want, d)
+			}
+		default:
+			if d := math.Abs(float64(g) - ref); d > float64(n)*abs*eps {
+				return fmt.Errorf("element %d: got %v, want %v (off by %g)", i, g, ref, d)
+			}
+		}
+	}
+	return nil
+}
+
+// checkIdentical checks that every rank's buffer is bit-identical to rank
+// 0's over [from, to).
+func checkIdentical[T kernels.Number](bufs [][]T, from, to int) error {
+	want := kernels.Bytes(bufs[0][from:to])
+	for r := 1; r < len(bufs); r++ {
+		if !bytes.Equal(kernels.Bytes(bufs[r][from:to]), want) {
+			return fmt.Errorf("rank %d differs from rank 0", r)
+		}
+	}
+	return nil
+}
+
+func clone[T any](in [][]T) [][]T {
+	out := make([][]T, len(in))
+	for i, b := range in {
+		out[i] = append([]T(nil), b...)
+	}
+	return out
+}
+
+// testAllReduce runs one allreduce of random inputs on every rank of comms
+// and checks it against the reference.
+func testAllReduce[T kernels.Number](t *testing.T, comms []*Comm, rng *rand.Rand, op wire.Op, length int) {
+	t.Helper()
+	inputs := randomInputs[T](rng, len(comms), length)
+	bufs := clone(inputs)
+	mustAll(t, each(comms, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, op, bufs[r])
+	}))
+	if err := checkIdentical(bufs, 0, length); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkReduced(bufs[0], inputs, op, 0, length); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var algos = []struct {
+	name  string
+	small int
+}{
+	{"ring", -1},
+	{"doubling", math.MaxInt},
+}
+
+func TestAllReduceReference(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 16} {
+		for _, algo := range algos {
+			t.Run(fmt.Sprintf("n=%d/%s", n, algo.name), func(t *testing.T) {
+				cl := newCluster(t, n, func(c *Config) {
+					c.SmallBytes = algo.small
+					c.ChunkBytes = 64 // many chunks per segment
+				})
+				rng := rand.New(rand.NewPCG(uint64(n), 1))
+				for _, length := range []int{0, 1, max(n-1, 0), n + 1, 1009} {
+					for _, op := range []wire.Op{wire.OpSum, wire.OpMin, wire.OpMax, wire.OpAvg} {
+						name := fmt.Sprintf("len=%d/%v", length, op)
+						t.Run(name+"/float32", func(t *testing.T) { testAllReduce[float32](t, cl.comms, rng, op, length) })
+						t.Run(name+"/float64", func(t *testing.T) { testAllReduce[float64](t, cl.comms, rng, op, length) })
+						if op == wire.OpAvg {
+							continue
+						}
+						t.Run(name+"/int32", func(t *testing.T) { testAllReduce[int32](t, cl.comms, rng, op, length) })
+						t.Run(name+"/int64", func(t *testing.T) { testAllReduce[int64](t, cl.comms, rng, op, length) })
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestAllReduceLarge(t *testing.T) {
+	const length = 1_000_003
+	for _, n := range []int{2, 5} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 256 << 10 })
+			rng := rand.New(rand.NewPCG(uint64(n), 2))
+			testAllReduce[float32](t, cl.comms, rng, wire.OpSum, length)
+			testAllReduce[float64](t, cl.comms, rng, wire.OpAvg, length)
+		})
+	}
+}
+
+func TestAllReduce64(t *testing.T) {
+	cl := newCluster(t, 64, func(c *Config) { c.ChunkBytes = 1 << 10 })
+	rng := rand.New(rand.NewPCG(64, 3))
+	testAllReduce[float32](t, cl.comms, rng, wire.OpSum, 10007) // the ring
+	testAllReduce[int64](t, cl.comms, rng, wire.OpSum, 100)     // recursive doubling
+}
+
+// TestAvgSingle checks that Avg over one rank is the identity.
+func TestAvgSingle(t *testing.T) {
+	cl := newCluster(t, 1, nil)
+	b := []float32{1, 2, 3}
+	if err := AllReduce(t.Context(), cl.comms[0], wire.OpAvg, b); err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 1 || b[1] != 2 || b[2] != 3 {
+		t.Fatalf("got %v", b)
+	}
+}
+
+func TestCommInvalidArguments(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	c := cl.comms[0]
+	ctx := t.Context()
+	for name, err := range map[string]error{
+		"avg of ints":   AllReduce(ctx, c, wire.OpAvg, []int32{1}),
+		"unknown op":    AllReduce(ctx, c, wire.Op(9), []int32{1}),
+		"no op":         AllReduce(ctx, c, wire.OpNone, []int32{1}),
+		"ragged bytes":  c.AllReduce(ctx, wire.DTypeFloat32, wire.OpSum, make([]byte, 6)),
+		"misaligned":    c.AllReduce(ctx, wire.DTypeFloat32, wire.OpSum, make([]byte, 12)[1:9]),
+		"reduce bf16":   c.AllReduce(ctx, wire.DTypeBF16, wire.OpSum, make([]byte, 4)),
+		"bad root":      c.Broadcast(ctx, 2, wire.DTypeBytes, make([]byte, 4)),
+		"unknown dtype": c.AllGather(ctx, wire.DType(99), make([]byte, 4)),
+	} {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+	for name, cfg := range map[string]Config{
+		"no members": {},
+		"bad rank":   {Members: []transport.PeerID{"a"}, Rank: 1},
+		"duplicate":  {Members: []transport.PeerID{"a", "a"}},
+		"empty id":   {Members: []transport.PeerID{"a", ""}},
+		"chunk":      {Members: []transport.PeerID{"a"}, ChunkBytes: -1},
+	} {
+		if _, err := NewComm(cl.trs[0], cfg); !errors.Is(err, ErrInvalid) {
+			t.Errorf("config %s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// failAll runs f on every comm and checks that every rank fails with an
+// error matching want within limit.
+func failAll(t *testing.T, comms []*Comm, limit time.Duration, f func(r int, c *Comm) error, check func(r int, err error) error) {
+	t.Helper()
+	start := time.Now()
+	errs := each(comms, f)
+	if d := time.Since(start); d > limit {
+		t.Errorf("the ranks took %v to fail, want under %v", d, limit)
+	}
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: no error", r)
+		} else if cerr := check(r, err); cerr != nil {
+			t.Errorf("rank %d: %v", r, cerr)
+		}
+	}
+}
+
+func isMismatch(_ int, err error) error {
+	if !errors.Is(err, ErrMismatch) {
+		return fmt.Errorf("got %v, want ErrMismatch", err)
+	}
+	return nil
+}
+
+func TestMismatch(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 7} {
+		for _, algo := range algos {
+			t.Run(fmt.Sprintf("n=%d/%s", n, algo.name), func(t *testing.T) {
+				cl := newCluster(t, n, func(c *Config) { c.SmallBytes = algo.small; c.ChunkBytes = 64 })
+				odd := n / 2
+				t.Run("length", func(t *testing.T) {
+					failAll(t, cl.comms, 5*time.Second, func(r int, c *Comm) error {
+						length := 1000
+						if r == odd {
+							length++
+						}
+						return AllReduce(t.Context(), c, wire.OpSum, make([]float32, length))
+					}, isMismatch)
+				})
+				t.Run("dtype", func(t *testing.T) {
+					failAll(t, cl.comms, 5*time.Second, func(r int, c *Comm) error {
+						if r == odd {
+							return AllReduce(t.Context(), c, wire.OpSum, make([]int32, 100))
+						}
+						return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 100))
+					}, isMismatch)
+				})
+				t.Run("op", func(t *testing.T) {
+					failAll(t, cl.comms, 5*time.Second, func(r int, c *Comm) error {
+						op := wire.OpSum
+						if r == odd {
+							op = wire.OpMax
+						}
+						return AllReduce(t.Context(), c, op, make([]float64, 100))
+					}, isMismatch)
+				})
+				// The leftovers of the failed collectives are discarded and
+				// the same Comms work again.
+				t.Run("after", func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(n), 4))
+					testAllReduce[float32](t, cl.comms, rng, wire.OpSum, 1000)
+					testAllReduce[float32](t, cl.comms, rng, wire.OpSum, 3)
+				})
+			})
+		}
+	}
+}
+
+// TestStaleEpoch checks that a rank left in an older epoch does not mix
+// with the newer ones. Messages from an older epoch are discarded as
+// leftovers, so this is caught by the deadline, not as a mismatch: to the
+// newer ranks a laggard looks like a silent peer.
+func TestStaleEpoch(t *testing.T) {
+	cl := newCluster(t, 3, nil)
+	for _, c := range cl.comms {
+		c.Close()
+	}
+	comms := cl.newComms(t, cl.ids, func(c *Config) {
+		c.BaseTimeout = 200 * time.Millisecond
+		if c.Rank == 1 {
+			c.Epoch = 2
+		}
+	})
+	failAll(t, comms, 3*time.Second, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 100))
+	}, func(r int, err error) error {
+		if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrMismatch) {
+			return fmt.Errorf("got %v, want ErrTimeout or ErrMismatch", err)
+		}
+		return nil
+	})
+}
+
+func TestKill(t *testing.T) {
+	for _, algo := range algos {
+		t.Run(algo.name, func(t *testing.T) {
+			const n, victim = 5, 1
+			cl := newCluster(t, n, func(c *Config) { c.SmallBytes = algo.small; c.ChunkBytes = 4 << 10 })
+			// Slow links keep the collective running when the victim dies.
+			cl.setLinks(mem.Link{Delay: 100 * time.Millisecond})
+			go func() {
+				time.Sleep(30 * time.Millisecond)
+				cl.net.Kill(cl.ids[victim])
+			}()
+			start := time.Now()
+			errs := each(cl.comms, func(r int, c *Comm) error {
+				return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 64<<10))
+			})
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("survivors took %v to fail", d)
+			}
+			for r, err := range errs {
+				if r == victim {
+					continue
+				}
+				peer, ok := transport.PeerOf(err)
+				if !errors.Is(err, transport.ErrPeerGone) || !ok || peer != cl.ids[victim] {
+					t.Errorf("rank %d: got %v, want a peer error naming %s", r, err, cl.ids[victim])
+				}
+			}
+			// The survivors carry on in a new epoch without the victim.
+			cl.setLinks(mem.Link{})
+			var ids []transport.PeerID
+			for r, id := range cl.ids {
+				if r != victim {
+					ids = append(ids, id)
+				}
+			}
+			comms := cl.newComms(t, ids, func(c *Config) { c.Epoch = 2; c.SmallBytes = algo.small })
+			rng := rand.New(rand.NewPCG(5, 5))
+			testAllReduce[float32](t, comms, rng, wire.OpSum, 5000)
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	cl := newCluster(t, 4, func(c *Config) { c.BaseTimeout = 200 * time.Millisecond })
+	cl.net.Partition([]transport.PeerID{cl.ids[0]})
+	failAll(t, cl.comms, 3*time.Second, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 1000))
+	}, func(r int, err error) error {
+		if !errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("got %v, want ErrTimeout", err)
+		}
+		return nil
+	})
+}
+
+func TestCancel(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+	}()
+	// Rank 1 never joins: rank 0 waits until its context ends.
+	err := AllReduce(ctx, cl.comms[0], wire.OpSum, make([]float32, 10))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+func TestCloseDuring(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cl.comms[0].Close()
+	}()
+	if err := AllReduce(t.Context(), cl.comms[0], wire.OpSum, make([]float32, 10)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("got %v, want ErrClosed", err)
+	}
+	if err := cl.comms[0].Barrier(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// TestNoLeak checks that Close stops every goroutine a Comm started, also
+// after a failed collective.
+func TestNoLeak(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	cl := newCluster(t, 3, nil)
+	rng := rand.New(rand.NewPCG(3, 6))
+	testAllReduce[float32](t, cl.comms, rng, wire.OpSum, 1000)
+	each(cl.comms, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 10+r))
+	})
+	for r, c := range cl.comms {
+		c.Close()
+		cl.trs[r].Close()
+	}
+}
