@@ -1,0 +1,145 @@
+package ring
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+)
+
+var otherSizes = []int{1, 2, 3, 5, 8}
+
+func TestReduceScatterReference(t *testing.T) {
+	for _, n := range otherSizes {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 64 })
+			rng := rand.New(rand.NewPCG(uint64(n), 7))
+			for _, length := range []int{0, 1, n + 1, 1009} {
+				for _, op := range []wire.Op{wire.OpSum, wire.OpMax, wire.OpAvg} {
+					t.Run(fmt.Sprintf("len=%d/%v", length, op), func(t *testing.T) {
+						testReduceScatter[float64](t, cl.comms, rng, op, length)
+						if op != wire.OpAvg {
+							testReduceScatter[int32](t, cl.comms, rng, op, length)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+func testReduceScatter[T kernels.Number](t *testing.T, comms []*Comm, rng *rand.Rand, op wire.Op, length int) {
+	t.Helper()
+	inputs := randomInputs[T](rng, len(comms), length)
+	bufs := clone(inputs)
+	mustAll(t, each(comms, func(r int, c *Comm) error {
+		return ReduceScatter(t.Context(), c, op, bufs[r])
+	}))
+	for r, s := range Segments(length, len(comms)) {
+		if err := checkReduced(bufs[r], inputs, op, s.Off, s.End()); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func TestAllGatherReference(t *testing.T) {
+	for _, n := range otherSizes {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 64 })
+			rng := rand.New(rand.NewPCG(uint64(n), 8))
+			for _, k := range []int{0, 1, 3, 257} {
+				t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+					length := n * k
+					inputs := randomInputs[int64](rng, n, length)
+					want := make([]int64, length)
+					segs := Segments(length, n)
+					for r, s := range segs {
+						copy(want[s.Off:s.End()], inputs[r][s.Off:s.End()])
+					}
+					bufs := clone(inputs)
+					mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+						return AllGather(t.Context(), c, bufs[r])
+					}))
+					for r, b := range bufs {
+						if !bytes.Equal(kernels.Bytes(b), kernels.Bytes(want)) {
+							t.Fatalf("rank %d: got %v, want %v", r, b, want)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestBroadcastReference(t *testing.T) {
+	for _, n := range otherSizes {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 64 })
+			rng := rand.New(rand.NewPCG(uint64(n), 9))
+			for _, length := range []int{0, 1, 1009} {
+				for root := range n {
+					t.Run(fmt.Sprintf("len=%d/root=%d", length, root), func(t *testing.T) {
+						bufs := randomInputs[float32](rng, n, length)
+						want := append([]float32(nil), bufs[root]...)
+						mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+							return Broadcast(t.Context(), c, root, bufs[r])
+						}))
+						for r, b := range bufs {
+							if !bytes.Equal(kernels.Bytes(b), kernels.Bytes(want)) {
+								t.Fatalf("rank %d differs from the root", r)
+							}
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestBroadcastRootMismatch checks that ranks disagreeing about the root
+// fail with ErrMismatch where a message crosses between them.
+func TestBroadcastRootMismatch(t *testing.T) {
+	cl := newCluster(t, 4, nil)
+	errs := each(cl.comms, func(r int, c *Comm) error {
+		root := 0
+		if r >= 2 {
+			root = 1
+		}
+		return c.Broadcast(t.Context(), root, wire.DTypeBytes, make([]byte, 100))
+	})
+	// Rank 2 expects Step 0 from rank 1 (the root to it) and gets Step 1.
+	if err := isMismatch(2, errs[2]); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBarrier(t *testing.T) {
+	for _, n := range otherSizes {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, nil)
+			for late := range n {
+				var entered atomic.Int64
+				var early atomic.Bool
+				mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+					if r == late {
+						time.Sleep(20 * time.Millisecond)
+					}
+					entered.Add(1)
+					err := c.Barrier(t.Context())
+					if entered.Load() != int64(n) {
+						early.Store(true)
+					}
+					return err
+				}))
+				if early.Load() {
+					t.Fatalf("a rank left the barrier before rank %d entered", late)
+				}
+			}
+		})
+	}
+}
