@@ -2,6 +2,7 @@ package ring
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 var otherSizes = []int{1, 2, 3, 5, 8}
@@ -141,5 +143,117 @@ func TestBarrier(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// driver runs one collective on every rank of a cluster from goroutines it
+// keeps, one per rank, so that starting a collective across all ranks
+// allocates nothing and testing.AllocsPerRun, which counts allocations
+// process-wide, can measure the Comms alone.
+type driver struct {
+	start []chan struct{}
+	done  chan error
+}
+
+func newDriver(tb testing.TB, comms []*Comm, f func(r int, c *Comm) error) *driver {
+	d := &driver{start: make([]chan struct{}, len(comms)), done: make(chan error, len(comms))}
+	for r, c := range comms {
+		d.start[r] = make(chan struct{})
+		go func() {
+			for range d.start[r] {
+				d.done <- f(r, c)
+			}
+		}()
+	}
+	tb.Cleanup(func() {
+		for _, s := range d.start {
+			close(s)
+		}
+	})
+	return d
+}
+
+// run runs the collective once and returns the first error.
+func (d *driver) run() error {
+	for _, s := range d.start {
+		s <- struct{}{}
+	}
+	var first error
+	for range d.start {
+		if err := <-d.done; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func TestAllReduceZeroAllocs(t *testing.T) {
+	for _, algo := range algos {
+		t.Run(algo.name, func(t *testing.T) {
+			const n = 4
+			size := 4 << 20
+			if algo.small > 0 {
+				size = 4 << 10 // recursive doubling is for small buffers
+			}
+			cl := newCluster(t, n, func(c *Config) { c.SmallBytes = algo.small })
+			bufs := make([][]float32, n)
+			for r := range bufs {
+				bufs[r] = make([]float32, size/4)
+			}
+			ctx := context.Background()
+			d := newDriver(t, cl.comms, func(r int, c *Comm) error {
+				return AllReduce(ctx, c, wire.OpSum, bufs[r])
+			})
+			for range 3 { // warm the plan cache, scratch, pools and queues
+				if err := d.run(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			allocs := testing.AllocsPerRun(10, func() {
+				if e := d.run(); e != nil {
+					err = e
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if allocs != 0 {
+				t.Errorf("%d-byte allreduce over %d ranks: %v allocations per op, want 0", size, n, allocs)
+			}
+		})
+	}
+}
+
+// BenchmarkAllReduce measures a float32 Sum allreduce over mem, all ranks
+// in this process. SetBytes is the buffer size, so MB/s is algbw; busbw is
+// algbw·2(n-1)/n, as nccl-tests reports it.
+func BenchmarkAllReduce(b *testing.B) {
+	for _, n := range []int{2, 4, 8} {
+		for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, transporttest.SizeName(size)), func(b *testing.B) {
+				cl := newCluster(b, n, nil)
+				bufs := make([][]float32, n)
+				for r := range bufs {
+					bufs[r] = make([]float32, size/4)
+				}
+				ctx := context.Background()
+				d := newDriver(b, cl.comms, func(r int, c *Comm) error {
+					return AllReduce(ctx, c, wire.OpSum, bufs[r])
+				})
+				if err := d.run(); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := d.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(size)/sec*2*float64(n-1)/float64(n)/1e9, "busbw-GB/s")
+			})
+		}
 	}
 }
