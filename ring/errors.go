@@ -77,8 +77,9 @@ func (r AbortReason) String() string {
 // marker, which this rank received (and forwarded to the peers its own
 // plan sends to). It matches ErrAborted, and also the class of the origin's
 // failure: ErrMismatch for AbortMismatch, transport.ErrPeerGone for
-// AbortPeerGone (transport.PeerOf then names Culprit), ErrTimeout for
-// AbortTimeout and context.Canceled for AbortCanceled.
+// AbortPeerGone (transport.PeerOf then names Culprit) and ErrTimeout for
+// AbortTimeout. AbortCanceled matches only ErrAborted: another rank's
+// cancelled context is not this caller's.
 type AbortError struct {
 	// From is the peer the marker came from.
 	From transport.PeerID
@@ -105,8 +106,6 @@ func (e *AbortError) Is(target error) bool {
 		return e.Reason == AbortMismatch
 	case ErrTimeout:
 		return e.Reason == AbortTimeout
-	case context.Canceled:
-		return e.Reason == AbortCanceled
 	}
 	return false
 }

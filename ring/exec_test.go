@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -475,17 +476,62 @@ func TestKill(t *testing.T) {
 	}
 }
 
+// TestTimeout checks, in fake time, that a rank cut off from the others
+// makes every rank fail with ErrTimeout at the deadline that the buffer's
+// size and the initial bandwidth estimate give.
 func TestTimeout(t *testing.T) {
-	cl := newCluster(t, 4, func(c *Config) { c.BaseTimeout = 200 * time.Millisecond })
-	cl.net.Partition([]transport.PeerID{cl.ids[0]})
-	failAll(t, cl.comms, 3*time.Second, func(r int, c *Comm) error {
-		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 1000))
-	}, func(r int, err error) error {
-		if !errors.Is(err, ErrTimeout) {
-			return fmt.Errorf("got %v, want ErrTimeout", err)
+	// Start the kernels' default pool outside the bubble: its workers live
+	// as long as the process.
+	big := make([]float32, kernels.ParallelThreshold)
+	if err := kernels.Reduce(kernels.OpSum, big, big); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		cl := newCluster(t, 4, func(c *Config) { c.BaseTimeout = 0 }) // the default, 2 s
+		cl.net.Partition([]transport.PeerID{cl.ids[0]})
+		const length = 1 << 20
+		want := DefaultBaseTimeout + time.Duration(4*length/(initialBandwidth/4)*float64(time.Second))
+		start := time.Now()
+		errs := each(cl.comms, func(r int, c *Comm) error {
+			return AllReduce(t.Context(), c, wire.OpSum, make([]float32, length))
+		})
+		if d := time.Since(start); d < want || d > want+stopGrace {
+			t.Errorf("the ranks failed after %v, want %v", d, want)
 		}
-		return nil
+		for r, err := range errs {
+			if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("rank %d: got %v, want ErrTimeout", r, err)
+			}
+		}
+		var te *TimeoutError
+		if !errors.As(errs[1], &te) || te.Peer != cl.ids[0] || te.Deadline != want {
+			t.Errorf("rank 1: got %v, want a TimeoutError waiting for %s after %v", errs[1], cl.ids[0], want)
+		}
 	})
+}
+
+func TestDeadline(t *testing.T) {
+	cl := newCluster(t, 1, func(c *Config) { c.BaseTimeout = time.Second; c.MaxTimeout = 10 * time.Second })
+	c := cl.comms[0]
+	if got := c.timeout(0); got != time.Second {
+		t.Errorf("empty buffer: %v, want 1s", got)
+	}
+	if got, want := c.timeout(25e6), 2*time.Second; got != want {
+		t.Errorf("25 MB at the initial 100 MB/s: %v, want %v", got, want)
+	}
+	if got := c.timeout(1e12); got != 10*time.Second {
+		t.Errorf("1 TB: %v, want the 10s cap", got)
+	}
+	for range 50 {
+		c.observe(1e9, time.Second) // 1 GB/s
+	}
+	if got := c.timeout(1e9); got < 4900*time.Millisecond || got > 5100*time.Millisecond {
+		t.Errorf("1 GB at a measured 1 GB/s: %v, want about 5s", got)
+	}
+	c.observe(1000, time.Hour) // too small to count
+	if got := c.timeout(1e9); got > 5100*time.Millisecond {
+		t.Errorf("a small collective moved the estimate: %v", got)
+	}
 }
 
 func TestCancel(t *testing.T) {
