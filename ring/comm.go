@@ -127,9 +127,12 @@ func (c Config) withDefaults() Config {
 // After a failure the caller should treat the data-plane state as suspect:
 // the epoch/recovery layer rolls back, forms the next view and builds a new
 // Comm with a larger Epoch over transports it has reconnected. A Comm whose
-// collective failed with ErrMismatch (no peer lost, no message cut off) may
-// also be used again: messages left over from an older Seq or Epoch are
-// discarded by the receiver, so the next collective starts clean. (So a
+// collective failed with ErrMismatch, no peer lost, may also be used again:
+// messages left over from an older Seq or Epoch are discarded by the
+// receiver, so the next collective starts clean. (If the failure cut a
+// message off mid-stream, which a real transport's flow control can force
+// after a grace period of 250 ms, the next collective fails with that peer's
+// transport error instead, and the recovery path applies.) (So a
 // rank left behind in an older epoch looks like a silent peer to the newer
 // ones, which fail by deadline rather than with ErrMismatch.) A failure
 // reaches every rank that still has a receive pending that depends on the

@@ -69,12 +69,11 @@ func (c *opCtx) Err() error {
 	return c.err
 }
 
-func (c *opCtx) Value(key any) any {
-	c.mu.Lock()
-	p := c.parent
-	c.mu.Unlock()
-	return p.Value(key)
-}
+// Value returns nil: the op context carries no values. Passing the
+// parent's through would also pass its internal cancellation record, and
+// context.Cause would then report the parent's cause, nil, for an op
+// context that has ended.
+func (c *opCtx) Value(key any) any { return nil }
 
 // cancel ends the context with err unless it has ended already.
 func (c *opCtx) cancel(err error) {
