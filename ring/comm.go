@@ -140,6 +140,12 @@ func (c Config) withDefaults() Config {
 // broadcast, for instance) may return nil while others fail, and learns of
 // it at its next collective.
 //
+// A call whose arguments are invalid on their own (ErrInvalid: an unknown
+// dtype, a misaligned buffer) is rejected before it takes a sequence number
+// or sends anything, so the other ranks fail that collective by deadline
+// and the Comm should be rebuilt. A call whose context has already ended
+// does take its sequence number and aborts the peers at once.
+//
 // Close stops the Comm's goroutines; it does not close the transport, which
 // the caller owns.
 type Comm struct {

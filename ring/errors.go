@@ -46,7 +46,9 @@ func (e *MismatchError) Error() string {
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
 // AbortReason says why the rank that started an abort failed. It travels in
-// the abort marker.
+// the abort marker: an empty message on the data channel with the failed
+// collective's header but for Kind wire.KindControl, Flags the reason, Step
+// the origin's rank and Chunk the culprit's.
 type AbortReason uint8
 
 // Abort reasons.

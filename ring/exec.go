@@ -377,9 +377,6 @@ const abortSendTimeout = time.Second
 
 // run executes plan on data. c.mu is held.
 func (c *Comm) run(ctx context.Context, e *planEntry, hdr wire.Header, data []byte, es int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if uint64(e.plan.ChunkElems)*uint64(es) > math.MaxUint32 {
 		return invalid("%d-byte messages exceed the header's chunk size", e.plan.ChunkElems*es)
 	}
@@ -397,6 +394,13 @@ func (c *Comm) run(ctx context.Context, e *planEntry, hdr wire.Header, data []by
 	o.stop.Store(false)
 	o.sendErr, o.waiting = nil, -1
 	o.timeout = c.timeout(len(data))
+	if err := ctx.Err(); err != nil {
+		// The collective still takes its sequence number, and the peers
+		// learn at once that this rank will not take part, so every rank
+		// stays in step for the next one.
+		c.fail(o, err)
+		return err
+	}
 	start := time.Now()
 	c.ctx.reset(ctx, start.Add(o.timeout))
 	c.watchc <- watchReq{parent: ctx, timeout: o.timeout}

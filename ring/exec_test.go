@@ -548,6 +548,28 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestCanceledBefore checks that a rank called with a context already
+// ended fails the collective on every rank at once, and that all stay in
+// step for the next one.
+func TestCanceledBefore(t *testing.T) {
+	cl := newCluster(t, 3, nil)
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	failAll(t, cl.comms, 5*time.Second, func(r int, c *Comm) error {
+		ctx := t.Context()
+		if r == 1 {
+			ctx = ended
+		}
+		return AllReduce(ctx, c, wire.OpSum, make([]float32, 100))
+	}, func(r int, err error) error {
+		if r == 1 && !errors.Is(err, context.Canceled) || r != 1 && !errors.Is(err, ErrAborted) {
+			return fmt.Errorf("got %v", err)
+		}
+		return nil
+	})
+	testAllReduce[float32](t, cl.comms, rand.New(rand.NewPCG(3, 11)), wire.OpSum, 100)
+}
+
 func TestCloseDuring(t *testing.T) {
 	cl := newCluster(t, 2, nil)
 	go func() {
