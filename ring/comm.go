@@ -119,10 +119,10 @@ func (c Config) withDefaults() Config {
 // names it), a *TimeoutError once its deadline passes (BaseTimeout plus the
 // time its bytes take at a quarter of the measured throughput, at most
 // MaxTimeout and never after ctx's deadline), or ctx's error. A rank that
-// fails sends an abort marker to every peer its plan sends to; a rank that
-// receives one fails with an *AbortError of the same class and forwards it,
-// so a failure reaches the ranks still waiting instead of leaving them to
-// their deadlines. The data buffer then holds unspecified values.
+// fails sends an abort marker to every other member; a rank that receives
+// one fails with an *AbortError of the same class and forwards it, so a
+// failure reaches the ranks still waiting instead of leaving them to their
+// deadlines, even ranks that disagree about which plan they run. The data buffer then holds unspecified values.
 //
 // After a failure the caller should treat the data-plane state as suspect:
 // the epoch/recovery layer rolls back, forms the next view and builds a new

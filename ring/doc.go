@@ -24,8 +24,8 @@
 // number, algorithm, dtype, op, length, chunk size, step and chunk), which
 // the receiver checks against its own plan: ranks that disagree fail with
 // ErrMismatch. A rank that fails for any reason sends an abort marker to
-// the peers its plan sends to, which fail with an error of the same class
-// and forward it, so a failure reaches the waiting ranks instead of leaving
+// the other members, which fail with an error of the same class and
+// forward it, so a failure reaches the waiting ranks instead of leaving
 // them to their deadlines. Comm's documentation lists the failures and what
 // a caller does after one.
 //

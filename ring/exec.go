@@ -467,8 +467,19 @@ func (c *Comm) translate(err error, o *op) error {
 	return err
 }
 
-// fail marks every peer as possibly holding leftovers and tells the peers
-// the plan sends to that the collective failed.
+// fail marks every peer as possibly holding leftovers and tells every other
+// member that the collective failed.
+//
+// The marker goes to all members, not only to those this plan sends to:
+// ranks that disagree about the collective run different plans (lengths
+// on either side of SmallBytes give different algorithms), and a rank may
+// be waiting for a message from this one that this rank's plan never
+// sends. Every rank still waiting is waiting for some peer; the chain of
+// waits ends at a rank that failed and so told it, or told a rank that
+// then failed and told it. That costs n-1 markers per failed rank, only on
+// failure. A member this rank never connected to is skipped (Send fails
+// with ErrNotConnected), so connecting to all members makes aborts reach
+// furthest.
 func (c *Comm) fail(o *op, err error) {
 	for i := range c.dirty {
 		c.dirty[i] = true
@@ -505,14 +516,28 @@ func (c *Comm) fail(o *op, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), abortSendTimeout)
 	defer cancel()
-	sent := make(map[int]bool)
+	// The peers this plan sends to first: they are the likeliest to be
+	// waiting for this rank.
+	order := make([]int, 0, len(c.members))
+	seen := make([]bool, len(c.members))
+	seen[c.cfg.Rank] = true
+	if skip >= 0 {
+		seen[skip] = true
+	}
 	for _, x := range o.plan.Sends {
-		if x.Peer == skip || sent[x.Peer] {
-			continue
+		if !seen[x.Peer] {
+			seen[x.Peer] = true
+			order = append(order, x.Peer)
 		}
-		sent[x.Peer] = true
-		if serr := c.t.Send(ctx, c.members[x.Peer], transport.ChanData, h, nil); serr != nil {
-			c.log.Debug().Err(serr).Str("peer", string(c.members[x.Peer])).Msg("abort marker not sent")
+	}
+	for r := range c.members {
+		if !seen[r] {
+			order = append(order, r)
+		}
+	}
+	for _, r := range order {
+		if serr := c.t.Send(ctx, c.members[r], transport.ChanData, h, nil); serr != nil {
+			c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
 		}
 	}
 }

@@ -409,6 +409,24 @@ func TestMismatch(t *testing.T) {
 	}
 }
 
+// TestMismatchAlgo checks lengths on either side of SmallBytes: the ranks
+// then run different algorithms, so some wait for messages that no peer's
+// plan sends, and only the abort markers to all members reach them.
+func TestMismatchAlgo(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 5, 8} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, nil)
+			failAll(t, cl.comms, 5*time.Second, func(r int, c *Comm) error {
+				length := 1000 // recursive doubling
+				if r == 1 {
+					length = 1 << 20 // the ring
+				}
+				return AllReduce(t.Context(), c, wire.OpSum, make([]float32, length))
+			}, isMismatch)
+		})
+	}
+}
+
 // TestStaleEpoch checks that a rank left in an older epoch does not mix
 // with the newer ones. Messages from an older epoch are discarded as
 // leftovers, so this is caught by the deadline, not as a mismatch: to the
