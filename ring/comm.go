@@ -175,9 +175,10 @@ type Comm struct {
 }
 
 // NewComm returns a communicator for cfg over t. The caller has already
-// connected t to every member this rank sends to (with the ring, all of
-// them may be, depending on the algorithm: connecting to every member is
-// simplest). It starts two goroutines, which Close stops.
+// connected t to every other member: which of them a rank sends data to
+// depends on the algorithm (the ring's right neighbour, recursive
+// doubling's partners), and abort markers go to all of them. It starts two
+// goroutines, which Close stops.
 func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if t == nil {
 		return nil, invalid("nil transport")

@@ -76,8 +76,8 @@ func (r AbortReason) String() string {
 }
 
 // AbortError reports that a peer failed the collective and sent an abort
-// marker, which this rank received (and forwarded to the peers its own
-// plan sends to). It matches ErrAborted, and also the class of the origin's
+// marker, which this rank received (and forwarded to the other members).
+// It matches ErrAborted, and also the class of the origin's
 // failure: ErrMismatch for AbortMismatch, transport.ErrPeerGone for
 // AbortPeerGone (transport.PeerOf then names Culprit) and ErrTimeout for
 // AbortTimeout. AbortCanceled matches only ErrAborted: another rank's
