@@ -297,6 +297,30 @@ func TestAllReduce64(t *testing.T) {
 	testAllReduce[int64](t, cl.comms, rng, wire.OpSum, 100)     // recursive doubling
 }
 
+// TestKill64 kills one of 64 ranks mid-collective: every survivor fails
+// promptly with an error naming it.
+func TestKill64(t *testing.T) {
+	const n, victim = 64, 10
+	cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 1 << 10 })
+	cl.setLinks(mem.Link{Delay: 50 * time.Millisecond})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cl.net.Kill(cl.ids[victim])
+	}()
+	start := time.Now()
+	errs := each(cl.comms, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 10007))
+	})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("survivors took %v to fail", d)
+	}
+	for r, err := range errs {
+		if peer, _ := transport.PeerOf(err); r != victim && (!errors.Is(err, transport.ErrPeerGone) || peer != cl.ids[victim]) {
+			t.Errorf("rank %d: got %v, want a peer error naming %s", r, err, cl.ids[victim])
+		}
+	}
+}
+
 // TestAvgSingle checks that Avg over one rank is the identity.
 func TestAvgSingle(t *testing.T) {
 	cl := newCluster(t, 1, nil)
