@@ -340,7 +340,11 @@ func checkStructure(tb testing.TB, k kind, ps []Plan) {
 			if x.Final && !x.Reduce {
 				fail("rank %d recv %d is Final but does not reduce", r, j)
 			}
-			if x.After >= 0 && (!x.Reduce || p.Sends[x.After].Step > x.Step) {
+			// A reduce waits for a send of its own step or earlier; an
+			// overwrite only for an earlier step's send of an overlapping
+			// span (orderOverwrites), never for the send forwarding it.
+			if s := x.After; s >= 0 && (p.Sends[s].Step > x.Step ||
+				!x.Reduce && (p.Sends[s].Step == x.Step || p.Sends[s].Off >= x.End() || x.Off >= p.Sends[s].End())) {
 				fail("rank %d recv %d (step %d, reduce %v) waits for send %d of step %d",
 					r, j, x.Step, x.Reduce, x.After, p.Sends[x.After].Step)
 			}
@@ -414,8 +418,15 @@ func checkRing(tb testing.TB, fail func(string, ...any), ps []Plan) {
 			}
 		}
 		for j, x := range p.Recvs {
-			if x.Peer != mod(r-1, n) || x.After != -1 {
+			if x.Peer != mod(r-1, n) {
 				fail("rank %d recv %d %+v", r, j, x)
+			}
+			// Only an allgather overwrite waits, for the reduce-scatter send
+			// that read the same chunk earlier.
+			if x.After != -1 {
+				if y := p.Sends[x.After]; x.Reduce || y.Span != x.Span || y.Step >= x.Step {
+					fail("rank %d recv %+v waits for send %+v", r, x, y)
+				}
 			}
 			if x.Chunk > 0 && x.Off != p.Recvs[j-1].End() {
 				fail("rank %d recv %d does not continue recv %d", r, j, j-1)

@@ -25,7 +25,7 @@ func RecursiveDoubling(n, rank, length int) (Plan, error) {
 	}
 	p := Plan{Algo: AlgoRecursiveDoubling, N: n, Rank: rank, Length: length, ChunkElems: length}
 	if n == 1 {
-		return p, nil
+		return orderOverwrites(p), nil
 	}
 	logp := bits.Len(uint(n)) - 1
 	extra := n - 1<<logp
@@ -37,7 +37,7 @@ func RecursiveDoubling(n, rank, length int) (Plan, error) {
 		p.Recvs = xs[1:2:2]
 		p.Sends[0] = Xfer{Peer: rank + 1, Span: all, Step: 0, After: -1}
 		p.Recvs[0] = Xfer{Peer: rank + 1, Span: all, Step: logp + 1, After: -1}
-		return p, nil
+		return orderOverwrites(p), nil
 	}
 	ns, nr := logp, logp
 	if rank < 2*extra {
@@ -63,7 +63,7 @@ func RecursiveDoubling(n, rank, length int) (Plan, error) {
 	if rank < 2*extra {
 		p.Sends = append(p.Sends, Xfer{Peer: rank - 1, Span: all, Step: logp + 1, After: len(p.Recvs) - 1})
 	}
-	return p, nil
+	return orderOverwrites(p), nil
 }
 
 // Barrier returns rank's plan for a dissemination barrier over n ranks: in
@@ -82,7 +82,7 @@ func Barrier(n, rank int) (Plan, error) {
 	p := Plan{Algo: AlgoBarrier, N: n, Rank: rank}
 	rounds := bits.Len(uint(n - 1)) // ⌈log2 n⌉
 	if rounds == 0 {
-		return p, nil
+		return orderOverwrites(p), nil
 	}
 	xs := make([]Xfer, 2*rounds)
 	p.Sends, p.Recvs = xs[:rounds], xs[rounds:]
@@ -91,5 +91,5 @@ func Barrier(n, rank int) (Plan, error) {
 		p.Sends[k] = Xfer{Peer: mod(rank+d, n), Step: k, After: k - 1}
 		p.Recvs[k] = Xfer{Peer: mod(rank-d, n), Step: k, After: -1}
 	}
-	return p, nil
+	return orderOverwrites(p), nil
 }

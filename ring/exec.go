@@ -209,6 +209,13 @@ func (o *op) walkRecvs() error {
 		if !direct {
 			buf = o.scratch[:len(span)]
 		}
+		if direct && x.After >= 0 {
+			// Receiving writes the span at once: first let the earlier send
+			// that read it return.
+			if err := o.waitSends(x.After); err != nil {
+				return err
+			}
+		}
 		o.waiting = x.Peer
 		if err := o.recv(x, buf); err != nil {
 			return err
@@ -229,6 +236,9 @@ func (o *op) walkRecvs() error {
 				}
 			}
 		case !direct:
+			if err := o.waitSends(x.After); err != nil {
+				return err
+			}
 			copy(span, buf)
 		}
 		o.recvd.Add(1)

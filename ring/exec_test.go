@@ -540,8 +540,11 @@ func TestTimeout(t *testing.T) {
 		if d := time.Since(start); d < want || d > want+stopGrace {
 			t.Errorf("the ranks failed after %v, want %v", d, want)
 		}
+		// Every deadline fires at the same fake instant, so a rank may learn
+		// of a peer's timeout from its abort marker before its own fires.
 		for r, err := range errs {
-			if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			own := errors.Is(err, context.DeadlineExceeded)
+			if !errors.Is(err, ErrTimeout) || !own && !errors.Is(err, ErrAborted) {
 				t.Errorf("rank %d: got %v, want ErrTimeout", r, err)
 			}
 		}

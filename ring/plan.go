@@ -124,7 +124,9 @@ type Xfer struct {
 	// send it indexes the plan's Recvs: the send may not read its span until
 	// that receive has written the buffer. On a receive it indexes the plan's
 	// Sends: the receive may not write its span until that send has
-	// completed. Only Reduce receives have After >= 0.
+	// completed. A Reduce receive waits for the send still reading its span;
+	// an overwriting receive waits for the last send of an earlier step that
+	// read its span (see orderOverwrites).
 	After int
 }
 
@@ -142,7 +144,8 @@ type Xfer struct {
 //   - Recvs[j] takes the next message from Peer off the transport. If Reduce
 //     is set it receives into scratch, waits until Sends[Recvs[j].After] has
 //     returned (no wait if After is -1), and reduces the scratch into Span.
-//     Otherwise After is -1 and it may receive straight into Span.
+//     Otherwise it waits for Sends[Recvs[j].After] first and then may
+//     receive straight into Span.
 //
 // Both waits are "completed count > After", with one counter per walker.
 // Those are all the dependencies: each send waits for no more than the
@@ -150,7 +153,10 @@ type Xfer struct {
 // is what pipelines the ring, and each receive that reduces into a span a
 // concurrent send may still be reading waits for that send. Where a later
 // receive overwrites a span an earlier send read, the data dependency
-// through the other ranks already orders them; the package tests check
+// through the other ranks already orders them across the cluster, but not
+// inside one process: the send's goroutine and the receive's share no
+// synchronisation, so the overwrite also waits for that send (a wait that
+// costs nothing, as the send finished long before). The package tests check
 // that every send and every receive touching the same elements are ordered
 // by happens-before in every execution.
 //
@@ -235,4 +241,27 @@ func checkChunk(chunkElems, maxSpan int) error {
 			maxSpan, chunkElems, uint64(math.MaxUint32))
 	}
 	return nil
+}
+
+// orderOverwrites gives every overwriting receive an After on the last send
+// of an earlier step that read an overlapping span, so that the receive's
+// write is ordered after the send's read inside the process, not only
+// through the peers. Sends of a later step (forwarding what the receive
+// brings) are not waited for. The wait cannot deadlock: such a send
+// depends only on receives of earlier steps.
+func orderOverwrites(p Plan) Plan {
+	for j := range p.Recvs {
+		r := &p.Recvs[j]
+		if r.Reduce || r.After >= 0 || r.Len == 0 {
+			continue
+		}
+		for i := len(p.Sends) - 1; i >= 0; i-- {
+			s := &p.Sends[i]
+			if s.Step < r.Step && s.Len > 0 && s.Off < r.End() && r.Off < s.End() {
+				r.After = i
+				break
+			}
+		}
+	}
+	return p
 }

@@ -59,7 +59,7 @@ func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) 
 	}
 	p := Plan{Algo: algo, N: n, Rank: rank, Length: length, ChunkElems: chunk}
 	if n == 1 {
-		return p, nil
+		return orderOverwrites(p), nil
 	}
 	// Count first, so that construction makes one allocation.
 	ns, nr := 0, 0
@@ -88,7 +88,7 @@ func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) 
 				Step: t, Chunk: c, Reduce: t < reduceSteps, Final: t == reduceSteps-1, After: -1})
 		}
 	}
-	return p, nil
+	return orderOverwrites(p), nil
 }
 
 // RingBroadcast returns rank's plan for broadcasting root's buffer of length
@@ -110,7 +110,7 @@ func RingBroadcast(n, rank, root, length, chunkElems int) (Plan, error) {
 	}
 	p := Plan{Algo: AlgoRingBroadcast, N: n, Rank: rank, Root: root, Length: length, ChunkElems: chunkElems}
 	if n == 1 {
-		return p, nil
+		return orderOverwrites(p), nil
 	}
 	pos := mod(rank-root, n)
 	m := numChunks(length, chunkElems)
@@ -137,5 +137,5 @@ func RingBroadcast(n, rank, root, length, chunkElems int) (Plan, error) {
 			p.Sends = append(p.Sends, Xfer{Peer: mod(rank+1, n), Span: sp, Step: pos, Chunk: c, After: after})
 		}
 	}
-	return p, nil
+	return orderOverwrites(p), nil
 }
