@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -188,7 +189,8 @@ func commandArgs(cmd *cobra.Command) []string {
 	return args
 }
 
-func writeJSON(path string, rep *bench.Report) error {
+// writeJSON writes a benchmark report to path.
+func writeJSON(path string, rep interface{ WriteJSON(io.Writer) error }) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -86,6 +86,12 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"launch", "--stripes", "99", "--", "true"}, "Stripes"},
 		{[]string{"launch", "--key-file", "/nonexistent/cluster.key", "--", "true"}, "--key-file"},
 		{[]string{"launch", "--", "/nonexistent/program"}, "/nonexistent/program"},
+		{[]string{"bench", "allreduce", "--op", "prod"}, "--op"},
+		{[]string{"bench", "allreduce", "--dtype", "bf16"}, "--dtype"},
+		{[]string{"bench", "allreduce", "--op", "avg", "--dtype", "int32"}, "float --dtype"},
+		{[]string{"bench", "allreduce", "--sizes", "6"}, "whole number"},
+		{[]string{"bench", "allreduce", "-n", "0"}, "at least 1"},
+		{[]string{"bench", "allreduce", "--iters", "-1"}, "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -27,15 +27,7 @@ var launchSets = []string{
 }
 
 func newLaunchCmd(c *cli) *cobra.Command {
-	var (
-		n         int
-		transport string
-		insecure  bool
-		stripes   int
-		keyFile   string
-		logDir    string
-		grace     time.Duration
-	)
+	var job launchJob
 	cmd := &cobra.Command{
 		Use:   "launch -n N [flags] -- CMD [ARGS...]",
 		Short: "Start N local workers on 127.0.0.1 running CMD",
@@ -50,59 +42,80 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n < 1 {
-				return fmt.Errorf("-n %d: need at least 1 worker", n)
-			}
-			base := gyre.Config{Transport: transport, Insecure: insecure, Stripes: stripes, KeyFile: keyFile}
-			var ephemeral *secret.Secret
-			if keyFile == "" && !insecure {
-				key, err := secret.Generate()
-				if err != nil {
-					return err
-				}
-				ephemeral, base.Key = &key, key.Hex()
-			}
-			if err := base.Validate(); err != nil {
-				return err
-			}
 			argv, err := resolveCommand(cmd.Root(), c.env, args)
 			if err != nil {
 				return err
 			}
-			peers, err := freePorts(n)
-			if err != nil {
-				return err
-			}
-			keyPath, cleanup, err := launchKey(keyFile, ephemeral)
-			if err != nil {
-				return err
-			}
-			defer cleanup()
-			base = base.WithDefaults()
-			env := rankEnv(c.env.environ(), peers, base, keyPath)
-			fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, peers %s, key file %s\n",
-				n, base.Transport, map[bool]string{true: " (insecure)"}[base.Insecure], strings.Join(peers, ","), keyDesc(keyPath, keyFile))
-			err = launch.Run(cmd.Context(), launch.Options{
-				N: n, Argv: argv, Env: env,
-				Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
-				LogDir: logDir, Grace: grace, Logger: c.log,
-			})
-			var re *launch.RankError
-			if errors.As(err, &re) {
-				return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the other workers were stopped", err)}
-			}
-			return err
+			return c.launchJob(cmd, job, argv)
 		},
 	}
-	f := cmd.Flags()
-	f.IntVarP(&n, "nproc", "n", 1, "number of local workers")
-	f.StringVar(&transport, "transport", gyre.DefaultTransport, "data-plane transport: quic or tcp")
-	f.BoolVar(&insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
-	f.IntVar(&stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
-	f.StringVar(&keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
-	f.StringVar(&logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log")
-	f.DurationVar(&grace, "grace", launch.DefaultGrace, "how long workers get to exit after SIGTERM before SIGKILL")
+	job.bindFlags(cmd, 1)
 	return cmd
+}
+
+// launchJob is what gyre launch needs beyond the command: the settings it
+// passes to every worker. bench allreduce launches itself with it too.
+type launchJob struct {
+	n         int
+	transport string
+	insecure  bool
+	stripes   int
+	keyFile   string
+	logDir    string
+	grace     time.Duration
+}
+
+func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
+	f := cmd.Flags()
+	f.IntVarP(&j.n, "nproc", "n", defaultN, "number of local workers")
+	f.StringVar(&j.transport, "transport", gyre.DefaultTransport, "data-plane transport: quic or tcp")
+	f.BoolVar(&j.insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
+	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
+	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
+	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log")
+	f.DurationVar(&j.grace, "grace", launch.DefaultGrace, "how long workers get to exit after SIGTERM before SIGKILL")
+}
+
+// launchJob starts j.n workers of argv and waits for them.
+func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
+	if j.n < 1 {
+		return fmt.Errorf("-n %d: need at least 1 worker", j.n)
+	}
+	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, KeyFile: j.keyFile}
+	var ephemeral *secret.Secret
+	if j.keyFile == "" && !j.insecure {
+		key, err := secret.Generate()
+		if err != nil {
+			return err
+		}
+		ephemeral, base.Key = &key, key.Hex()
+	}
+	if err := base.Validate(); err != nil {
+		return err
+	}
+	peers, err := freePorts(j.n)
+	if err != nil {
+		return err
+	}
+	keyPath, cleanup, err := launchKey(j.keyFile, ephemeral)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	base = base.WithDefaults()
+	env := rankEnv(c.env.environ(), peers, base, keyPath)
+	fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, peers %s, key file %s\n",
+		j.n, base.Transport, map[bool]string{true: " (insecure)"}[base.Insecure], strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
+	err = launch.Run(cmd.Context(), launch.Options{
+		N: j.n, Argv: argv, Env: env,
+		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+		LogDir: j.logDir, Grace: j.grace, Logger: c.log,
+	})
+	var re *launch.RankError
+	if errors.As(err, &re) {
+		return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the other workers were stopped", err)}
+	}
+	return err
 }
 
 // exitError carries the process exit status main should use.

@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/ring"
+)
+
+// AllReduceOptions describe one `gyre bench allreduce` sweep. Every rank
+// must pass the same options.
+type AllReduceOptions struct {
+	Sizes  []int64    // message sizes in bytes
+	Warmup int        // untimed allreduces per size
+	Iters  int        // timed allreduces per size; 0 means DefaultIters
+	Op     wire.Op    // OpSum, OpMin, OpMax or OpAvg
+	DType  wire.DType // DTypeFloat32, DTypeFloat64, DTypeInt32 or DTypeInt64
+	Check  bool       // verify every element of the first allreduce per size
+}
+
+// AllReduceRow is one size's result, as nccl-tests and the peers print it.
+type AllReduceRow struct {
+	SizeBytes int64   `json:"size_bytes"`
+	Count     int64   `json:"count"`
+	MedianUS  float64 `json:"time_us_median"`
+	MinUS     float64 `json:"time_us_min"`
+	AlgBW     float64 `json:"algbw_gbps"`
+	BusBW     float64 `json:"busbw_gbps"`
+	Iters     int     `json:"iters"`
+	Check     string  `json:"check"` // "OK", "BAD" or "-" when not checked
+	// TimesUS holds each timed iteration's time, the slowest rank's.
+	TimesUS []float64 `json:"times_us"`
+}
+
+// AllReduceReport is the sweep's result, complete on rank 0.
+type AllReduceReport struct {
+	Command string         `json:"command"`
+	Date    time.Time      `json:"date"`
+	Machine Machine        `json:"machine"`
+	Ranks   int            `json:"ranks"`
+	DType   string         `json:"dtype"`
+	Options string         `json:"options"`
+	Rows    []AllReduceRow `json:"rows"`
+}
+
+// RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
+// allreduce; t1. The times are then combined with a MAX allreduce, so every
+// row reports the slowest rank, and its median, as DESIGN's conventions and
+// the peers do. Every rank returns the same report.
+func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllReduceReport, error) {
+	rep := AllReduceReport{Date: time.Now(), Ranks: c.Size(), Machine: ThisMachine(), DType: o.DType.String(),
+		Options: fmt.Sprintf("op %s  dtype %s  warmup %d  check %v", o.Op, o.DType, o.Warmup, o.Check)}
+	for _, size := range o.Sizes {
+		if size%int64(o.DType.Size()) != 0 {
+			return rep, fmt.Errorf("bench: size %d is not a whole number of %s elements", size, o.DType)
+		}
+		row, err := allReduceSize(ctx, c, o, size)
+		if err != nil {
+			return rep, fmt.Errorf("bench: allreduce of %s: %w", FormatSize(size), err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+// WriteTable prints the report with the columns and widths of the peers in
+// ../shared/peers, so the tables can be compared line by line.
+func (r AllReduceReport) WriteTable(w io.Writer) error {
+	m := r.Machine
+	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  %s\n", r.Command,
+		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, r.Options)
+	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s %5s %4s\n", "size_bytes", "count", "time_us(med)", "time_us(min)", "algbw", "busbw", "iters", "chk")
+	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s\n", "", "("+r.DType+")", "", "", "GB/s", "GB/s")
+	for _, row := range r.Rows {
+		if _, err := fmt.Fprintf(w, "%12d %11d %12.1f %12.1f %8.3f %8.3f %5d %4s\n",
+			row.SizeBytes, row.Count, row.MedianUS, row.MinUS, row.AlgBW, row.BusBW, row.Iters, row.Check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {
+	n, rank := c.Size(), c.Rank()
+	es := int64(o.DType.Size())
+	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-"}
+	if row.Iters <= 0 {
+		row.Iters = DefaultIters(size)
+	}
+	buf := alignedBytes(int(size))
+	if err := fillPattern(o.DType, buf, rank); err != nil {
+		return row, err
+	}
+	if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+		return row, err
+	}
+	if o.Check {
+		ok := int32(1)
+		if !checkPattern(o.DType, o.Op, buf, n) {
+			ok = 0
+		}
+		flag := []int32{ok}
+		if err := ring.AllReduce(ctx, c, wire.OpMin, flag); err != nil {
+			return row, err
+		}
+		row.Check = map[bool]string{true: "OK", false: "BAD"}[flag[0] == 1]
+	}
+	for range o.Warmup {
+		if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+			return row, err
+		}
+	}
+	times := make([]float64, row.Iters)
+	for i := range times {
+		if err := c.Barrier(ctx); err != nil {
+			return row, err
+		}
+		t0 := time.Now()
+		if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+			return row, err
+		}
+		times[i] = float64(time.Since(t0)) / float64(time.Microsecond)
+	}
+	if err := ring.AllReduce(ctx, c, wire.OpMax, times); err != nil {
+		return row, err
+	}
+	row.TimesUS = times
+	row.MedianUS, row.MinUS = Median(times), slices.Min(times)
+	row.AlgBW = gbps(size, row.MedianUS)
+	row.BusBW = row.AlgBW * 2 * float64(n-1) / float64(n)
+	return row, nil
+}
+
+// alignedBytes returns n bytes aligned for any element type: the kernels'
+// byte views require it.
+func alignedBytes(n int) []byte {
+	return kernels.Bytes(make([]float64, (n+7)/8))[:n]
+}
+
+// patternValue is rank r's element i: small integers, so that sums over
+// any number of ranks are exact in every dtype and the check is exact.
+func patternValue(rank, i int) int64 { return int64(rank+1) * int64(i%13+1) }
+
+// expected is the reduced value of element i over n ranks.
+func expected(op wire.Op, n, i int) float64 {
+	base := float64(i%13 + 1)
+	switch op {
+	case wire.OpMin:
+		return base
+	case wire.OpMax:
+		return base * float64(n)
+	case wire.OpAvg:
+		return base * float64(n+1) / 2
+	}
+	return base * float64(n*(n+1)/2)
+}
+
+func fillPattern(dt wire.DType, b []byte, rank int) error {
+	switch dt {
+	case wire.DTypeFloat32:
+		return fillAs[float32](b, rank)
+	case wire.DTypeFloat64:
+		return fillAs[float64](b, rank)
+	case wire.DTypeInt32:
+		return fillAs[int32](b, rank)
+	case wire.DTypeInt64:
+		return fillAs[int64](b, rank)
+	}
+	return fmt.Errorf("bench: dtype %s is not benchmarked", dt)
+}
+
+func fillAs[T kernels.Number](b []byte, rank int) error {
+	xs, err := kernels.View[T](b)
+	for i := range xs {
+		xs[i] = T(patternValue(rank, i))
+	}
+	return err
+}
+
+func checkPattern(dt wire.DType, op wire.Op, b []byte, n int) bool {
+	switch dt {
+	case wire.DTypeFloat32:
+		return checkAs[float32](b, op, n)
+	case wire.DTypeFloat64:
+		return checkAs[float64](b, op, n)
+	case wire.DTypeInt32:
+		return checkAs[int32](b, op, n)
+	case wire.DTypeInt64:
+		return checkAs[int64](b, op, n)
+	}
+	return false
+}
+
+// checkAs compares every element. Avg over integers truncates, as the
+// kernels' integer division does; float averages are exact halves here.
+func checkAs[T kernels.Number](b []byte, op wire.Op, n int) bool {
+	xs, err := kernels.View[T](b)
+	if err != nil {
+		return false
+	}
+	for i, x := range xs {
+		if float64(x) != float64(T(expected(op, n, i))) {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r AllReduceReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

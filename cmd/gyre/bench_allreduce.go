@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// allReduceFlags are the sweep settings every worker of the benchmark gets.
+type allReduceFlags struct {
+	sizes, op, dtype string
+	warmup, iters    int
+	check            bool
+	jsonFile         string
+	report           string // hidden: where rank 0 leaves its JSON report for the launcher
+	timeout          time.Duration
+}
+
+func newBenchAllReduceCmd(c *cli) *cobra.Command {
+	var (
+		job launchJob
+		fl  allReduceFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "allreduce",
+		Short: "Measure allreduce across local workers, as nccl-tests does",
+		Long: "allreduce times Gyre's allreduce over -n local workers started as by\n" +
+			"`gyre launch`, and prints the same table as nccl-tests and the peers in\n" +
+			"../shared/peers: size_bytes, count, median and minimum time of the\n" +
+			"slowest rank, algbw = size/time, busbw = algbw*2(n-1)/n, iterations and\n" +
+			"a check of every element of the first allreduce per size.\n" +
+			"Each timed iteration is: barrier; t0; allreduce; t1.\n" +
+			"Run under `gyre launch -- bench allreduce` it is one worker of the job.",
+		Example: "  gyre bench allreduce -n 2 --transport tcp --insecure --sizes 4K,64M,256M\n" +
+			"  gyre bench allreduce -n 4 --op max --dtype int32 --json ar.json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := fl.options()
+			if err != nil {
+				return err
+			}
+			if _, inJob := c.env.lookup(gyre.EnvPeers); inJob {
+				return c.allReduceWorker(cmd, fl, o)
+			}
+			return c.allReduceLaunch(cmd, job, fl)
+		},
+	}
+	job.bindFlags(cmd, 2)
+	f := cmd.Flags()
+	f.StringVar(&fl.sizes, "sizes", "4K,64K,1M,16M,64M,256M", "comma list of sizes in bytes, with K/M/G suffixes")
+	f.IntVarP(&fl.warmup, "warmup", "w", bench.DefaultWarmup, "untimed allreduces per size")
+	f.IntVar(&fl.iters, "iters", 0, "timed allreduces per size (default 20 below 16M, 10 at or above)")
+	f.StringVar(&fl.op, "op", "sum", "reduction: sum, min, max or avg")
+	f.StringVar(&fl.dtype, "dtype", "float32", "element type: float32, float64, int32 or int64")
+	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
+	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
+	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
+	f.StringVar(&fl.report, "report", "", "where rank 0 writes its report (set by the launcher)")
+	f.MarkHidden("report")
+	return cmd
+}
+
+func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
+	sizes, err := bench.ParseSizes(fl.sizes)
+	if err != nil {
+		return bench.AllReduceOptions{}, fmt.Errorf("--sizes: %w", err)
+	}
+	ops := map[string]wire.Op{"sum": wire.OpSum, "min": wire.OpMin, "max": wire.OpMax, "avg": wire.OpAvg}
+	op, ok := ops[strings.ToLower(fl.op)]
+	if !ok {
+		return bench.AllReduceOptions{}, fmt.Errorf("--op %q: want sum, min, max or avg", fl.op)
+	}
+	dtypes := map[string]wire.DType{"float32": wire.DTypeFloat32, "float64": wire.DTypeFloat64, "int32": wire.DTypeInt32, "int64": wire.DTypeInt64}
+	dt, ok := dtypes[strings.ToLower(fl.dtype)]
+	if !ok {
+		return bench.AllReduceOptions{}, fmt.Errorf("--dtype %q: want float32, float64, int32 or int64", fl.dtype)
+	}
+	if op == wire.OpAvg && (dt == wire.DTypeInt32 || dt == wire.DTypeInt64) {
+		return bench.AllReduceOptions{}, errors.New("--op avg needs a float --dtype")
+	}
+	if fl.warmup < 0 || fl.iters < 0 {
+		return bench.AllReduceOptions{}, errors.New("--warmup and --iters must not be negative")
+	}
+	for _, s := range sizes {
+		if s%int64(dt.Size()) != 0 {
+			return bench.AllReduceOptions{}, fmt.Errorf("--sizes: %d bytes is not a whole number of %s elements", s, dt)
+		}
+	}
+	return bench.AllReduceOptions{Sizes: sizes, Warmup: fl.warmup, Iters: fl.iters, Op: op, DType: dt, Check: fl.check}, nil
+}
+
+// allReduceLaunch starts the workers, then prints rank 0's report without
+// the per-rank prefixes, so the table lines up with the peers'.
+func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFlags) error {
+	exe, err := c.env.executable()
+	if err != nil {
+		return fmt.Errorf("find this executable to start the workers: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gyre-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	reportPath := filepath.Join(dir, "report.json")
+	argv := []string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "allreduce",
+		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
+		"--op", fl.op, "--dtype", fl.dtype, "--check=" + strconv.FormatBool(fl.check),
+		"--timeout", fl.timeout.String(), "--report", reportPath}
+	if err := c.launchJob(cmd, job, argv); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(reportPath)
+	if err != nil {
+		return fmt.Errorf("rank 0 left no report: %w", err)
+	}
+	var rep bench.AllReduceReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("rank 0's report: %w", err)
+	}
+	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
+	if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if fl.jsonFile != "" {
+		return writeJSON(fl.jsonFile, rep)
+	}
+	return nil
+}
+
+// closeLinger is how long a worker keeps its transport open after its last
+// collective.
+const closeLinger = 300 * time.Millisecond
+
+// connectRetry is how often a worker retries a peer that is not up yet.
+const connectRetry = 100 * time.Millisecond
+
+// allReduceWorker is one rank of the benchmark, configured by GYRE_*.
+func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.AllReduceOptions) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
+	defer cancel()
+	cfg, err := gyre.ConfigFromEnv(c.env.lookup)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = c.log
+	cfg = cfg.WithDefaults()
+	t, err := gyre.NewTransport(cfg)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	// Transports close abruptly, so a rank must not close while its last
+	// messages are in flight: after success, a peer may still wait for this
+	// rank's last barrier message; after a failure, the abort markers that
+	// tell every peer why must land. Linger before closing either way.
+	defer time.Sleep(closeLinger)
+	members := make([]transport.PeerID, len(cfg.Peers))
+	for i, p := range cfg.Peers {
+		members[i] = transport.PeerID(p) // a worker's name is its advertised address
+	}
+	if err := connectAll(ctx, t, members, cfg.Rank); err != nil {
+		return err
+	}
+	comm, err := ring.NewComm(t, ring.Config{Epoch: 1, Members: members, Rank: cfg.Rank, Logger: c.log})
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	rep, err := bench.RunAllReduce(ctx, comm, o)
+	if err != nil {
+		return err
+	}
+	if err := comm.Barrier(ctx); err != nil {
+		return err
+	}
+	if cfg.Rank != 0 {
+		return nil
+	}
+	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
+	switch {
+	case fl.report != "":
+		return writeJSON(fl.report, rep)
+	case fl.jsonFile != "":
+		if err := writeJSON(fl.jsonFile, rep); err != nil {
+			return err
+		}
+	}
+	return rep.WriteTable(cmd.OutOrStdout())
+}
+
+// connectAll connects to every other member, retrying while they start.
+func connectAll(ctx context.Context, t transport.Transport, members []transport.PeerID, rank int) error {
+	for i, m := range members {
+		if i == rank {
+			continue
+		}
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := t.Connect(cctx, m, string(m))
+			cancel()
+			if err == nil {
+				break
+			}
+			if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
+				return fmt.Errorf("connect to rank %d (%s): %w", i, m, err)
+			}
+			select {
+			case <-time.After(connectRetry):
+			case <-ctx.Done():
+				return fmt.Errorf("connect to rank %d (%s): %w", i, m, ctx.Err())
+			}
+		}
+	}
+	return nil
+}
