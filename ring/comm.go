@@ -313,29 +313,8 @@ func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 // Buffers below SmallBytes run recursive doubling, others the pipelined
 // ring. It blocks until the collective completes or fails (see Comm).
 func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
-	es, length, kdt, err := checkData(dtype, data)
-	if err != nil {
-		return err
-	}
-	kop, scale, err := reduction(dtype, kdt, wop, len(c.members))
-	if err != nil {
-		return err
-	}
-	if err := c.lock(); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	n := len(c.members)
-	key := planKey{algo: Choose(n, len(data), c.cfg.SmallBytes), n: n, rank: c.cfg.Rank, length: length}
-	if key.algo == AlgoRing {
-		key.chunk = c.chunkElems(es)
-	}
-	e, err := c.plans.get(key)
-	if err != nil {
-		return err
-	}
-	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
-	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
+	algo := Choose(len(c.members), len(data), c.cfg.SmallBytes)
+	return c.collective(ctx, planKey{algo: algo}, dtype, wop, data)
 }
 
 // ReduceScatter reduces every member's data by op, in place, leaving rank
@@ -343,25 +322,7 @@ func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, dat
 // buffer; the rest of the buffer holds partial results. Types and
 // operators are those of AllReduce.
 func (c *Comm) ReduceScatter(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
-	es, length, kdt, err := checkData(dtype, data)
-	if err != nil {
-		return err
-	}
-	kop, scale, err := reduction(dtype, kdt, wop, len(c.members))
-	if err != nil {
-		return err
-	}
-	if err := c.lock(); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	e, err := c.plans.get(planKey{algo: AlgoRingReduceScatter, n: len(c.members), rank: c.cfg.Rank,
-		length: length, chunk: c.chunkElems(es)})
-	if err != nil {
-		return err
-	}
-	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
-	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
+	return c.collective(ctx, planKey{algo: AlgoRingReduceScatter}, dtype, wop, data)
 }
 
 // AllGather gathers in place: rank r contributes the elements at
@@ -369,21 +330,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, dtype wire.DType, wop wire.Op,
 // with every rank's contribution at its place. For contributions of k
 // elements each, data holds Size()·k elements. dtype may be any wire dtype.
 func (c *Comm) AllGather(ctx context.Context, dtype wire.DType, data []byte) error {
-	es, length, _, err := checkData(dtype, data)
-	if err != nil {
-		return err
-	}
-	if err := c.lock(); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	e, err := c.plans.get(planKey{algo: AlgoRingAllGather, n: len(c.members), rank: c.cfg.Rank,
-		length: length, chunk: c.chunkElems(es)})
-	if err != nil {
-		return err
-	}
-	c.op.scale = 0
-	return c.run(ctx, e, header(dtype, wire.OpNone, e, es), data, es)
+	return c.collective(ctx, planKey{algo: AlgoRingAllGather}, dtype, wire.OpNone, data)
 }
 
 // Broadcast copies root's data to every other rank, along a pipelined
@@ -395,36 +342,46 @@ func (c *Comm) AllGather(ctx context.Context, dtype wire.DType, data []byte) err
 // wherever a message crosses between them. Disagreements that make no
 // message cross (every rank believing itself the root) go undetected.
 func (c *Comm) Broadcast(ctx context.Context, root int, dtype wire.DType, data []byte) error {
-	es, length, _, err := checkData(dtype, data)
-	if err != nil {
-		return err
-	}
-	if err := c.lock(); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	e, err := c.plans.get(planKey{algo: AlgoRingBroadcast, n: len(c.members), rank: c.cfg.Rank,
-		root: root, length: length, chunk: c.chunkElems(es)})
-	if err != nil {
-		return err
-	}
-	c.op.scale = 0
-	return c.run(ctx, e, header(dtype, wire.OpNone, e, es), data, es)
+	return c.collective(ctx, planKey{algo: AlgoRingBroadcast, root: root}, dtype, wire.OpNone, data)
 }
 
 // Barrier returns once every member has entered it: a dissemination
 // barrier of ⌈log2 n⌉ rounds of empty messages.
 func (c *Comm) Barrier(ctx context.Context) error {
+	return c.collective(ctx, planKey{algo: AlgoBarrier}, wire.DTypeBytes, wire.OpNone, nil)
+}
+
+// collective is the body every collective shares: it checks data and the
+// operator, takes the Comm, completes key (world size, rank, length and,
+// for the pipelined algorithms, the chunk) and runs its plan.
+func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wop wire.Op, data []byte) error {
+	es, length, kdt, err := checkData(dtype, data)
+	if err != nil {
+		return err
+	}
+	var kop kernels.Op
+	var scale float64
+	switch key.algo {
+	case AlgoRing, AlgoRecursiveDoubling, AlgoRingReduceScatter:
+		if kop, scale, err = reduction(dtype, kdt, wop, len(c.members)); err != nil {
+			return err
+		}
+	}
 	if err := c.lock(); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
-	e, err := c.plans.get(planKey{algo: AlgoBarrier, n: len(c.members), rank: c.cfg.Rank})
+	key.n, key.rank, key.length = len(c.members), c.cfg.Rank, length
+	switch key.algo {
+	case AlgoRing, AlgoRingReduceScatter, AlgoRingAllGather, AlgoRingBroadcast:
+		key.chunk = c.chunkElems(es)
+	}
+	e, err := c.plans.get(key)
 	if err != nil {
 		return err
 	}
-	c.op.scale = 0
-	return c.run(ctx, e, header(wire.DTypeBytes, wire.OpNone, e, 1), nil, 1)
+	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
+	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
 }
 
 // header returns the collective fields every message of a run carries,
