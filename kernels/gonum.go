@@ -7,7 +7,7 @@ import (
 
 // The float Sums, the kernels the ring's bandwidth depends on, use gonum's
 // assembly rather than Go loops. The Go compiler does not vectorise, so an
-// unrolled Go loop (sumF32Go and sumF64Go in kernels_bench_test.go, kept as
+// unrolled Go loop (sumLoop in loops.go, kept in the benchmarks as
 // baselines) runs one scalar add per element, while gonum's SSE loops do
 // four float32s or two float64s per instruction. Measured with
 // BenchmarkSum* on this 2-core Xeon, quiet, serial, dst GB/s (median of 3

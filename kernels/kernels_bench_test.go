@@ -74,12 +74,12 @@ func benchSum(b *testing.B, size int) {
 	b.Run("float32/serial", func(b *testing.B) { loop(b, size, func() { _ = ReduceWith(nil, OpSum, d, s) }) })
 	b.Run("float32/parallel", func(b *testing.B) { loop(b, size, func() { _ = Reduce(OpSum, d, s) }) })
 	// gonum (the kernel, see gonum.go) against the plain-Go baseline, serial.
-	b.Run("float32/go", func(b *testing.B) { loop(b, size, func() { sumF32Go(d, s) }) })
+	b.Run("float32/go", func(b *testing.B) { loop(b, size, func() { sumLoop(d, s) }) })
 	b.Run("float32/gonum", func(b *testing.B) { loop(b, size, func() { sumF32(d, s) }) })
 	d64, s64 := bb.f64dst, bb.f64src
 	b.Run("float64/serial", func(b *testing.B) { loop(b, size, func() { _ = ReduceWith(nil, OpSum, d64, s64) }) })
 	b.Run("float64/parallel", func(b *testing.B) { loop(b, size, func() { _ = Reduce(OpSum, d64, s64) }) })
-	b.Run("float64/go", func(b *testing.B) { loop(b, size, func() { sumF64Go(d64, s64) }) })
+	b.Run("float64/go", func(b *testing.B) { loop(b, size, func() { sumLoop(d64, s64) }) })
 	b.Run("float64/gonum", func(b *testing.B) { loop(b, size, func() { sumF64(d64, s64) }) })
 	di, si := bb.i32dst, bb.i32src
 	b.Run("int32/serial", func(b *testing.B) { loop(b, size, func() { _ = ReduceWith(nil, OpSum, di, si) }) })
@@ -124,44 +124,3 @@ func BenchmarkMinMax64MiB(b *testing.B) { benchMinMax(b, size64MiB) }
 func BenchmarkHalf64KiB(b *testing.B)   { benchHalf(b, size64KiB) }
 func BenchmarkHalf1MiB(b *testing.B)    { benchHalf(b, size1MiB) }
 func BenchmarkHalf64MiB(b *testing.B)   { benchHalf(b, size64MiB) }
-
-// sumF32Go is the plain-Go float32 sum that gonum.go measures gonum
-// against: unrolled 8 times, one scalar add per element.
-func sumF32Go(dst, src []float32) {
-	src = src[:len(dst)]
-	for len(dst) >= 8 {
-		d, s := dst[:8:8], src[:8:8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
-		dst, src = dst[8:], src[8:]
-	}
-	for i := range dst {
-		dst[i] += src[i]
-	}
-}
-
-// sumF64Go is the plain-Go float64 baseline; see sumF32Go.
-func sumF64Go(dst, src []float64) {
-	src = src[:len(dst)]
-	for len(dst) >= 8 {
-		d, s := dst[:8:8], src[:8:8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
-		dst, src = dst[8:], src[8:]
-	}
-	for i := range dst {
-		dst[i] += src[i]
-	}
-}
