@@ -26,6 +26,8 @@ const (
 	DefaultListen    = "127.0.0.1:7946"
 	DefaultStripes   = 1
 	DefaultMaxFrame  = wire.DefaultMaxFrame
+	// DefaultGlobalBatch is GlobalBatch's default.
+	DefaultGlobalBatch = 256
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
@@ -84,6 +86,28 @@ type Config struct {
 	// LocalRank is this worker's index among the workers on its host, for
 	// choosing a device. Default 0.
 	LocalRank int
+	// Seeds are gossip seed addresses (host:port) to join a cluster by.
+	// Gossip membership is not built yet, so setting Seeds is an error that
+	// says to use Peers; the field is here so flags and the environment
+	// keep their final shape.
+	Seeds []string
+	// MinWorkers is how many workers must be present before iteration 0
+	// starts. Default: WorldSize. With the static view every listed peer
+	// is needed anyway, so it may not exceed WorldSize.
+	MinWorkers int
+
+	// GlobalBatch is B, the number of samples per iteration summed over all
+	// workers. Default: the sum of Shares if set, else DefaultGlobalBatch.
+	GlobalBatch int
+	// Shares fixes each worker's share of GlobalBatch, in rank order
+	// (static balance). They must sum to GlobalBatch. Default: equal
+	// shares, the remainder to the lowest ranks.
+	Shares []int
+	// RNGSeed seeds the sampler's per-epoch permutations. Default 0.
+	RNGSeed uint64
+	// DatasetSize is the number of samples in one epoch of the training
+	// set. Default 0: an unbounded stream in which position p is sample p.
+	DatasetSize int64
 
 	// Logger receives the runtime's structured logs. Default: the zero
 	// Logger, which discards everything.
@@ -117,6 +141,21 @@ func (c Config) WithDefaults() Config {
 	if c.WorldSize == 0 {
 		c.WorldSize = max(len(c.Peers), 1)
 	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = c.WorldSize
+	}
+	if c.GlobalBatch == 0 {
+		c.GlobalBatch = DefaultGlobalBatch
+		if len(c.Shares) > 0 {
+			c.GlobalBatch = 0
+			for _, s := range c.Shares {
+				c.GlobalBatch += s
+			}
+		}
+	}
+	if c.Shares == nil && c.WorldSize > 0 {
+		c.Shares = EqualShares(c.GlobalBatch, c.WorldSize)
+	}
 	if c.Name == "" {
 		c.Name = c.Advertise
 		if _, port, err := net.SplitHostPort(c.Advertise); err == nil && port == "0" {
@@ -142,7 +181,11 @@ func nextPort(addr string) string {
 
 // Validate checks c after filling defaults. Each error wraps ErrConfig and
 // names the field at fault; all faults are reported together.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; needSecret is false when the caller brings its own
+// transport, and with it its own credentials.
+func (c Config) validate(needSecret bool) error {
 	c = c.WithDefaults()
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -166,7 +209,7 @@ func (c Config) Validate() error {
 	if c.Key != "" && c.KeyFile != "" {
 		bad("give KeyFile or Key, not both")
 	}
-	if c.Key == "" && c.KeyFile == "" && !c.Insecure {
+	if c.Key == "" && c.KeyFile == "" && !c.Insecure && needSecret {
 		bad("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
 	}
 	if c.Key != "" {
@@ -185,6 +228,9 @@ func (c Config) Validate() error {
 		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
 	}
 	for _, err := range c.checkView() {
+		bad("%v", err)
+	}
+	for _, err := range c.checkBatch() {
 		bad("%v", err)
 	}
 	return errors.Join(errs...)
@@ -227,6 +273,38 @@ func (c Config) checkView() []error {
 	return errs
 }
 
+// checkBatch checks the membership and batch fields.
+func (c Config) checkBatch() []error {
+	var errs []error
+	if len(c.Seeds) > 0 {
+		errs = append(errs, errors.New("Seeds: gossip membership is not available yet; "+
+			"give every worker the static view in Peers (GYRE_PEERS, --peers) and its Rank"))
+	}
+	if c.MinWorkers < 1 || c.MinWorkers > c.WorldSize {
+		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to WorldSize %d (the static view needs every peer)", c.MinWorkers, c.WorldSize))
+	}
+	if c.GlobalBatch < 1 {
+		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
+	}
+	if c.DatasetSize < 0 {
+		errs = append(errs, fmt.Errorf("DatasetSize %d is negative", c.DatasetSize))
+	}
+	if len(c.Shares) != c.WorldSize {
+		return append(errs, fmt.Errorf("Shares lists %d workers, WorldSize is %d", len(c.Shares), c.WorldSize))
+	}
+	sum := 0
+	for r, s := range c.Shares {
+		if s < 0 {
+			errs = append(errs, fmt.Errorf("Shares[%d] = %d is negative", r, s))
+		}
+		sum += s
+	}
+	if sum != c.GlobalBatch {
+		errs = append(errs, fmt.Errorf("Shares sum to %d, GlobalBatch is %d", sum, c.GlobalBatch))
+	}
+	return errs
+}
+
 func checkHostPort(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -256,19 +334,21 @@ func (c Config) Secret() (secret.Secret, error) {
 
 // Environment variables read by ConfigFromEnv.
 const (
-	EnvTransport = "GYRE_TRANSPORT"
-	EnvInsecure  = "GYRE_INSECURE"
-	EnvStripes   = "GYRE_STRIPES"
-	EnvKeyFile   = "GYRE_KEY_FILE"
-	EnvKey       = "GYRE_KEY"
-	EnvListen    = "GYRE_LISTEN"
-	EnvDataAddr  = "GYRE_DATA_ADDR"
-	EnvAdvertise = "GYRE_ADVERTISE"
-	EnvName      = "GYRE_NAME"
-	EnvPeers     = "GYRE_PEERS" // comma-separated data addresses in rank order
-	EnvRank      = "GYRE_RANK"
-	EnvWorldSize = "GYRE_WORLD_SIZE"
-	EnvLocalRank = "GYRE_LOCAL_RANK"
+	EnvTransport  = "GYRE_TRANSPORT"
+	EnvInsecure   = "GYRE_INSECURE"
+	EnvStripes    = "GYRE_STRIPES"
+	EnvKeyFile    = "GYRE_KEY_FILE"
+	EnvKey        = "GYRE_KEY"
+	EnvListen     = "GYRE_LISTEN"
+	EnvDataAddr   = "GYRE_DATA_ADDR"
+	EnvAdvertise  = "GYRE_ADVERTISE"
+	EnvName       = "GYRE_NAME"
+	EnvPeers      = "GYRE_PEERS" // comma-separated data addresses in rank order
+	EnvRank       = "GYRE_RANK"
+	EnvWorldSize  = "GYRE_WORLD_SIZE"
+	EnvLocalRank  = "GYRE_LOCAL_RANK"
+	EnvSeed       = "GYRE_SEED" // comma-separated gossip seed addresses
+	EnvMinWorkers = "GYRE_MIN_WORKERS"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -309,10 +389,24 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	integer(EnvRank, &c.Rank)
 	integer(EnvWorldSize, &c.WorldSize)
 	integer(EnvLocalRank, &c.LocalRank)
-	if v, ok := lookup(EnvPeers); ok && strings.TrimSpace(v) != "" {
-		for _, p := range strings.Split(v, ",") {
-			c.Peers = append(c.Peers, strings.TrimSpace(p))
-		}
+	integer(EnvMinWorkers, &c.MinWorkers)
+	if v, ok := lookup(EnvPeers); ok {
+		c.Peers = splitList(v)
+	}
+	if v, ok := lookup(EnvSeed); ok {
+		c.Seeds = splitList(v)
 	}
 	return c, errors.Join(errs...)
+}
+
+// splitList splits a comma-separated list, trimming spaces and dropping
+// empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -21,14 +21,17 @@ func testKey(tb testing.TB) string {
 func TestWithDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
 	want := Config{
-		Name:      "127.0.0.1:7947",
-		Transport: TransportQUIC,
-		Stripes:   1,
-		MaxFrame:  DefaultMaxFrame,
-		Listen:    "127.0.0.1:7946",
-		DataAddr:  "127.0.0.1:7947",
-		Advertise: "127.0.0.1:7947",
-		WorldSize: 1,
+		Name:        "127.0.0.1:7947",
+		Transport:   TransportQUIC,
+		Stripes:     1,
+		MaxFrame:    DefaultMaxFrame,
+		Listen:      "127.0.0.1:7946",
+		DataAddr:    "127.0.0.1:7947",
+		Advertise:   "127.0.0.1:7947",
+		WorldSize:   1,
+		MinWorkers:  1,
+		GlobalBatch: DefaultGlobalBatch,
+		Shares:      []int{DefaultGlobalBatch},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -77,6 +80,14 @@ func TestValidate(t *testing.T) {
 		{"peer port 0", Config{Key: key, Peers: []string{"127.0.0.1:1", "127.0.0.1:0"}}, "real port"},
 		{"not in view", Config{Key: key, Peers: peers3, DataAddr: "127.0.0.1:5"}, "advertises"},
 		{"negative local rank", Config{Key: key, LocalRank: -1}, "LocalRank"},
+		{"seeds not yet", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}}, "Peers (GYRE_PEERS"},
+		{"min workers past world", Config{Key: key, MinWorkers: 2}, "MinWorkers 2"},
+		{"zero batch by shares", Config{Key: key, Shares: []int{0}}, "GlobalBatch 0"},
+		{"fixed shares", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 0, 3}}, ""},
+		{"shares sum", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 0, 3}, GlobalBatch: 9}, "sum to 8"},
+		{"negative share", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, -1, 3}, GlobalBatch: 7}, "Shares[1] = -1"},
+		{"shares count", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 3}}, "Shares lists 2"},
+		{"negative dataset", Config{Key: key, DatasetSize: -5}, "DatasetSize"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +120,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvKeyFile: "/k", EnvListen: "127.0.0.1:9000", EnvDataAddr: "127.0.0.1:9100",
 		EnvAdvertise: "10.0.0.1:9100", EnvName: "w3",
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
+		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -116,7 +128,8 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	want := Config{Name: "w3", Transport: "tcp", Insecure: true, Stripes: 4, KeyFile: "/k",
 		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100",
-		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1}
+		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
+		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}

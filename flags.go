@@ -1,0 +1,125 @@
+package gyre
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// BindFlags defines the worker flags on fs (the standard library's flag
+// package) with c's current values as defaults, writing parsed values into
+// c. Main packages usually fill c from ConfigFromEnv first, so a flag
+// overrides the environment:
+//
+//	cfg, err := gyre.ConfigFromEnv(os.LookupEnv)
+//	cfg.BindFlags(flag.CommandLine)
+//	flag.Parse()
+//
+// The flags are --name, --transport, --insecure, --stripes, --key-file,
+// --listen, --data-addr, --advertise, --seed, --peers, --rank,
+// --min-workers, --batch, --shares and --rng-seed.
+func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
+
+// BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
+// (cmd.Flags()).
+func (c *Config) BindPFlags(fs *pflag.FlagSet) { c.bind(pFlags{fs}) }
+
+// flagAdder is what bind needs of a flag set; goFlags and pFlags adapt the
+// two packages to it.
+type flagAdder interface {
+	StringVar(p *string, name, value, usage string)
+	IntVar(p *int, name string, value int, usage string)
+	BoolVar(p *bool, name string, value bool, usage string)
+	Uint64Var(p *uint64, name string, value uint64, usage string)
+	listVar(v listValue, name, usage string)
+}
+
+type goFlags struct{ *flag.FlagSet }
+
+func (f goFlags) listVar(v listValue, name, usage string) { f.Var(v, name, usage) }
+
+type pFlags struct{ *pflag.FlagSet }
+
+func (f pFlags) listVar(v listValue, name, usage string) { f.Var(v, name, usage) }
+
+// listValue is a comma-separated list flag; it satisfies both flag.Value
+// and pflag.Value.
+type listValue interface {
+	String() string
+	Set(string) error
+	Type() string
+}
+
+func (c *Config) bind(fs flagAdder) {
+	fs.StringVar(&c.Name, "name", c.Name, "worker name (default: the advertised data address)")
+	fs.StringVar(&c.Transport, "transport", c.Transport, "data-plane transport: quic or tcp (default quic)")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "tcp only: plain TCP, no encryption or authentication")
+	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link (default 1)")
+	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "cluster secret file, from `gyre keygen`")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (default "+DefaultListen+")")
+	fs.StringVar(&c.DataAddr, "data-addr", c.DataAddr, "data-plane listen address (default: the gossip port + 1)")
+	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "data-plane address peers use to reach this worker (default: --data-addr)")
+	fs.listVar(&stringList{p: &c.Seeds}, "seed", "gossip seed address host:port, comma-separated or repeated")
+	fs.listVar(&stringList{p: &c.Peers}, "peers", "static view: every worker's data address in rank order, comma-separated")
+	fs.IntVar(&c.Rank, "rank", c.Rank, "this worker's index in --peers")
+	fs.IntVar(&c.MinWorkers, "min-workers", c.MinWorkers, "workers needed before training starts (default: all)")
+	fs.IntVar(&c.GlobalBatch, "batch", c.GlobalBatch, fmt.Sprintf("global batch: samples per iteration over all workers (default %d)", DefaultGlobalBatch))
+	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (default: equal)")
+	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
+}
+
+// stringList is a list flag of strings. Each Set appends, so a flag may be
+// repeated; the first Set replaces the default.
+type stringList struct {
+	p   *[]string
+	set bool
+}
+
+func (l *stringList) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l *stringList) Type() string { return "list" }
+
+func (l *stringList) Set(v string) error {
+	if !l.set {
+		*l.p, l.set = nil, true
+	}
+	*l.p = append(*l.p, splitList(v)...)
+	return nil
+}
+
+// intList is a list flag of non-negative integers; Set replaces the list.
+type intList struct{ p *[]int }
+
+func (l *intList) String() string {
+	if l.p == nil {
+		return ""
+	}
+	s := make([]string, len(*l.p))
+	for i, v := range *l.p {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Type() string { return "ints" }
+
+func (l *intList) Set(v string) error {
+	var out []int
+	for _, f := range splitList(v) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a non-negative integer", f)
+		}
+		out = append(out, n)
+	}
+	*l.p = out
+	return nil
+}

@@ -1,0 +1,52 @@
+package gyre
+
+import (
+	"flag"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestBindFlags(t *testing.T) {
+	args := []string{"--transport", "tcp", "--insecure", "--stripes", "2", "--listen", "127.0.0.1:9000",
+		"--seed", "10.0.0.1:7946", "--seed", "10.0.0.2:7946,10.0.0.3:7946", "--peers", "127.0.0.1:1,127.0.0.1:2",
+		"--rank", "1", "--min-workers", "2", "--batch", "96", "--shares", "64,32", "--rng-seed", "7"}
+	want := Config{Transport: "tcp", Insecure: true, Stripes: 2, Listen: "127.0.0.1:9000",
+		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946", "10.0.0.3:7946"},
+		Peers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Rank: 1, MinWorkers: 2, GlobalBatch: 96,
+		Shares: []int{64, 32}, RNGSeed: 7, KeyFile: "/env/key"}
+	for _, kind := range []string{"flag", "pflag"} {
+		t.Run(kind, func(t *testing.T) {
+			// Values from the environment are the defaults; flags override.
+			c := Config{KeyFile: "/env/key", Peers: []string{"127.0.0.1:9"}}
+			var err error
+			if kind == "flag" {
+				fs := flag.NewFlagSet("t", flag.ContinueOnError)
+				c.BindFlags(fs)
+				err = fs.Parse(args)
+			} else {
+				fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+				c.BindPFlags(fs)
+				err = fs.Parse(args)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c, want) {
+				t.Fatalf("bound config:\n got %+v\nwant %+v", c, want)
+			}
+		})
+	}
+}
+
+func TestBindFlagsRejectsBadShares(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--shares", "3,-1"}); err == nil || !strings.Contains(err.Error(), `"-1"`) {
+		t.Fatalf("Parse = %v, want an error naming -1", err)
+	}
+}

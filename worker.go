@@ -1,0 +1,610 @@
+package gyre
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// Errors returned by Worker.
+var (
+	// ErrDiverged means workers disagree about something that must be the
+	// same everywhere: the registered state, the batch settings, the
+	// iteration or a boundary decision. Every worker gets it together,
+	// since all of them compare the same gathered table.
+	ErrDiverged = errors.New("gyre: workers diverged")
+	// ErrPending means Boundary, Commit or Restore was called while
+	// gradients submitted with AllReduceAsync were still unfinished.
+	ErrPending = errors.New("gyre: gradients pending: call Wait first")
+	// ErrClosed is returned by a Worker after Close or Leave.
+	ErrClosed = errors.New("gyre: worker closed")
+)
+
+// Handle is the pending result of AllReduceAsync.
+type Handle struct {
+	h   *ring.Handle
+	err error // set instead of h when the submission itself failed
+}
+
+// Wait blocks until the tensor holds the global mean gradient, or its
+// collective failed, and returns that collective's error. If ctx ends
+// first it returns ctx.Err(); only the wait ends. It is safe for concurrent
+// use and may be called more than once.
+func (h *Handle) Wait(ctx context.Context) error {
+	if h.h == nil {
+		return h.err
+	}
+	return h.h.Wait(ctx)
+}
+
+// View is a membership view: an epoch and the members in ring order.
+type View struct {
+	Epoch   uint64
+	Members []string
+}
+
+// Change is what a Boundary decided for the next iteration.
+type Change struct {
+	// Iter is the iteration to run next.
+	Iter int64
+	// View is the view it runs in; ViewChanged says it differs from the
+	// last one.
+	View        View
+	ViewChanged bool
+	// Shares are the per-rank batch shares it runs with; SharesChanged
+	// says they differ from the last ones.
+	Shares        []int
+	SharesChanged bool
+	// Redo says the iteration just ended must run again: the state has
+	// been restored to the last commit. It is always false until recovery
+	// from a lost worker exists; until then such a failure is an error.
+	Redo bool
+}
+
+// Batch is one worker's part of one iteration's global batch.
+type Batch struct {
+	// Iter is the iteration.
+	Iter int64
+	// Global is the global batch size B; Share is this worker's bᵢ.
+	Global, Share int
+	// Start is the stream position of this worker's first sample.
+	Start int64
+	// Indices are the sample indices, Share of them. The slice is reused
+	// by the next call to Batch.
+	Indices []int64
+}
+
+// Option configures Join.
+type Option func(*options)
+
+type options struct {
+	state *State
+	t     transport.Transport
+	hooks Hooks
+}
+
+// WithState registers the trainer's state: Join makes every worker's
+// values equal to rank 0's, and Commit and Restore act on it. Without it
+// the Worker has no state to restore.
+func WithState(s *State) Option { return func(o *options) { o.state = s } }
+
+// WithTransport makes the Worker use t instead of building the transport
+// Config asks for. Config.Peers then holds the members' transport IDs,
+// which are also the addresses passed to Connect (the in-memory transport
+// in tests). The Worker does not close t.
+func WithTransport(t transport.Transport) Option { return func(o *options) { o.t = t } }
+
+// WithHooks sets the trainer-side span hooks.
+func WithHooks(h Hooks) Option { return func(o *options) { o.hooks = h } }
+
+// Worker is one member of a data-parallel training job. Join returns it
+// connected to its peers with its state equal to rank 0's; the trainer then
+// loops over iterations (see the package documentation).
+//
+// Batch, AllReduceAsync, Wait, Boundary, Commit, Restore and Abandon are
+// meant for the trainer's goroutine, in that order within an iteration;
+// they are not safe for concurrent use. Handle.Wait and Close are.
+type Worker struct {
+	cfg     Config
+	log     zerolog.Logger
+	t       transport.Transport
+	ownT    bool
+	members []transport.PeerID
+	view    View
+	comm    *ring.Comm
+	state   *State
+	sampler *Sampler
+	hooks   Hooks
+
+	iter    int64
+	shares  []int
+	batch   []int64
+	started time.Time     // when the iteration's Batch was taken
+	compute time.Duration // the iteration's compute time, up to Wait
+
+	gradType string // "float32" or "float64", fixed by the first AllReduceAsync
+	f32      *ring.Fuser[float32]
+	f64      *ring.Fuser[float64]
+	pending  []*Handle
+	failed   error // the iteration's first collective failure
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+// Join starts a worker: it builds the data-plane transport (unless
+// WithTransport gives one), connects to every member of the static view in
+// cfg.Peers, checks that every worker registered the same state and batch
+// settings, broadcasts rank 0's state to all, and commits it. It blocks
+// until every member has joined or ctx ends.
+func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// A given transport brings its own credentials.
+	if err := cfg.validate(o.t == nil); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if o.state == nil {
+		o.state = NewState()
+	}
+	if err := o.state.Err(); err != nil {
+		return nil, err
+	}
+	sampler, err := NewSampler(cfg.RNGSeed, cfg.DatasetSize)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Int("rank", cfg.Rank).Logger(),
+		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, shares: slices.Clone(cfg.Shares)}
+	if w.t == nil {
+		if w.t, err = NewTransport(cfg); err != nil {
+			return nil, err
+		}
+		w.ownT = true
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			w.Close()
+		}
+	}()
+	peers := cfg.Peers
+	if len(peers) == 0 {
+		peers = []string{cfg.Name}
+	}
+	w.members = make([]transport.PeerID, len(peers))
+	for i, p := range peers {
+		w.members[i] = transport.PeerID(p) // in the static view a worker's name is its address
+	}
+	if w.members[cfg.Rank] != transport.PeerID(cfg.Name) {
+		return nil, fmt.Errorf("%w: Name %q must be this worker's address in Peers, %q", ErrConfig, cfg.Name, peers[cfg.Rank])
+	}
+	w.view = View{Epoch: 1, Members: slices.Clone(peers)}
+	if err := ConnectAll(ctx, w.t, w.members, cfg.Rank); err != nil {
+		return nil, err
+	}
+	w.comm, err = ring.NewComm(w.t, ring.Config{Epoch: w.view.Epoch, Members: w.members, Rank: cfg.Rank, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.agree(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.syncState(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.state.commit(w.iter); err != nil {
+		return nil, err
+	}
+	w.log.Info().Int("world", len(w.members)).Int64("iter", w.iter).Msg("joined")
+	ok = true
+	return w, nil
+}
+
+// agree checks that every worker registered the same state layout and the
+// same batch settings, so that a misconfigured worker fails Join on every
+// worker instead of training on different data.
+func (w *Worker) agree(ctx context.Context) error {
+	n := len(w.members)
+	table := make([]int64, 2*n)
+	table[2*w.cfg.Rank] = int64(w.state.layout())
+	table[2*w.cfg.Rank+1] = int64(w.settingsDigest())
+	if err := ring.AllGather(ctx, w.comm, table); err != nil {
+		return fmt.Errorf("gyre: join: compare settings: %w", err)
+	}
+	var errs []error
+	for r := 1; r < n; r++ {
+		if table[2*r] != table[0] {
+			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r))
+		}
+		if table[2*r+1] != table[1] {
+			errs = append(errs, fmt.Errorf("%w: rank %d has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0", ErrDiverged, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// settingsDigest hashes the settings every worker must share.
+func (w *Worker) settingsDigest() uint64 {
+	h := fnv.New64a()
+	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
+	put(uint64(w.cfg.GlobalBatch))
+	put(w.cfg.RNGSeed)
+	put(uint64(w.cfg.DatasetSize))
+	for _, s := range w.shares {
+		put(uint64(s))
+	}
+	return h.Sum64()
+}
+
+// syncState broadcasts rank 0's tensors, metadata and iteration to every
+// worker, as Horovod's broadcast_parameters does, so all start identical.
+func (w *Worker) syncState(ctx context.Context) error {
+	var blob []byte
+	if w.cfg.Rank == 0 {
+		var err error
+		if blob, err = w.state.marshalMeta(); err != nil {
+			return err
+		}
+	}
+	head := []int64{w.iter, int64(len(blob))}
+	if err := ring.Broadcast(ctx, w.comm, 0, head); err != nil {
+		return fmt.Errorf("gyre: join: broadcast state: %w", err)
+	}
+	w.iter = head[0]
+	if w.cfg.Rank != 0 {
+		blob = make([]byte, head[1])
+	}
+	for _, e := range w.state.entries {
+		var err error
+		switch e.kind {
+		case kindF32:
+			err = ring.Broadcast(ctx, w.comm, 0, e.f32)
+		case kindF64:
+			err = ring.Broadcast(ctx, w.comm, 0, e.f64)
+		}
+		if err != nil {
+			return fmt.Errorf("gyre: join: broadcast %q: %w", e.name, err)
+		}
+	}
+	if len(blob) > 0 {
+		if err := w.comm.Broadcast(ctx, 0, wire.DTypeBytes, blob); err != nil {
+			return fmt.Errorf("gyre: join: broadcast metadata: %w", err)
+		}
+	}
+	if w.cfg.Rank != 0 {
+		return w.state.unmarshalMeta(blob)
+	}
+	return nil
+}
+
+// Rank returns this worker's rank in the current view.
+func (w *Worker) Rank() int { return w.cfg.Rank }
+
+// Size returns the number of workers in the current view.
+func (w *Worker) Size() int { return len(w.members) }
+
+// Iter returns the current iteration.
+func (w *Worker) Iter() int64 { return w.iter }
+
+// View returns the current view.
+func (w *Worker) View() View {
+	return View{Epoch: w.view.Epoch, Members: slices.Clone(w.view.Members)}
+}
+
+// Shares returns the per-rank batch shares of the current iteration.
+func (w *Worker) Shares() []int { return slices.Clone(w.shares) }
+
+// Batch returns this worker's part of the current iteration's batch, and
+// starts the iteration's compute clock.
+func (w *Worker) Batch() Batch {
+	w.started = time.Now()
+	start, count := Positions(w.iter, w.shares, w.cfg.Rank)
+	w.batch = w.sampler.Indices(w.batch[:0], start, count)
+	return Batch{Iter: w.iter, Global: w.cfg.GlobalBatch, Share: w.shares[w.cfg.Rank], Start: start, Indices: w.batch}
+}
+
+// AllReduceAsync submits grad, this worker's mean gradient over its own
+// samples for the tensor called name, and returns a handle. When the
+// handle's Wait returns nil, grad holds the global sample-weighted mean
+// Σ bᵢ/B · gradᵢ, identical on every worker: the weight bᵢ/B is applied
+// here, so trainers never scale by hand (a worker whose share is 0
+// contributes zeros, whatever grad holds). Tensors are fused into buckets
+// by submission order and size, as DDP does, so every worker must submit
+// the same tensors in the same order. A worker uses one gradient type:
+// float32 here or float64 (AllReduceAsync64), not both.
+func (w *Worker) AllReduceAsync(ctx context.Context, name string, grad []float32) *Handle {
+	if err := w.useGradType("float32"); err != nil {
+		return w.failedHandle(name, err)
+	}
+	if w.f32 == nil {
+		var err error
+		if w.f32, err = ring.NewFuser[float32](w.comm, ring.FuserConfig{}); err != nil {
+			return w.failedHandle(name, err)
+		}
+	}
+	weigh(grad, w.shares[w.cfg.Rank], w.cfg.GlobalBatch)
+	return w.track(&Handle{h: w.f32.AllReduceAsync(ctx, grad)})
+}
+
+// AllReduceAsync64 is AllReduceAsync for float64 gradients.
+func (w *Worker) AllReduceAsync64(ctx context.Context, name string, grad []float64) *Handle {
+	if err := w.useGradType("float64"); err != nil {
+		return w.failedHandle(name, err)
+	}
+	if w.f64 == nil {
+		var err error
+		if w.f64, err = ring.NewFuser[float64](w.comm, ring.FuserConfig{}); err != nil {
+			return w.failedHandle(name, err)
+		}
+	}
+	weigh(grad, w.shares[w.cfg.Rank], w.cfg.GlobalBatch)
+	return w.track(&Handle{h: w.f64.AllReduceAsync(ctx, grad)})
+}
+
+// weigh scales a local mean gradient by share/global. A share of 0 gives
+// zeros rather than 0·grad, which would keep a NaN from a mean over no
+// samples.
+func weigh[T float32 | float64](grad []T, share, global int) {
+	if share == 0 {
+		clear(grad)
+		return
+	}
+	a := T(float64(share) / float64(global))
+	for i := range grad {
+		grad[i] *= a
+	}
+}
+
+func (w *Worker) useGradType(t string) error {
+	switch {
+	case w.closed.Load():
+		return ErrClosed
+	case w.gradType == "":
+		w.gradType = t
+	case w.gradType != t:
+		return fmt.Errorf("%w: %s gradients after %s ones: a worker uses one gradient type", ErrConfig, t, w.gradType)
+	}
+	return nil
+}
+
+func (w *Worker) track(h *Handle) *Handle {
+	w.pending = append(w.pending, h)
+	return h
+}
+
+func (w *Worker) failedHandle(name string, err error) *Handle {
+	return w.track(&Handle{err: fmt.Errorf("gyre: allreduce %q: %w", name, err)})
+}
+
+// Wait flushes the open gradient bucket and waits for every gradient
+// submitted in this iteration. It returns the first failure. The time from
+// Batch to Wait counts as the iteration's compute time.
+func (w *Worker) Wait(ctx context.Context) error {
+	if !w.started.IsZero() {
+		w.compute = time.Since(w.started)
+	}
+	w.flush(ctx)
+	var first error
+	for _, h := range w.pending {
+		if err := h.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil && ctx.Err() != nil && errors.Is(first, ctx.Err()) {
+		return first // only the wait ended; the buckets are still pending
+	}
+	w.pending = w.pending[:0]
+	if first != nil && w.failed == nil {
+		w.failed = first
+	}
+	return first
+}
+
+func (w *Worker) flush(ctx context.Context) {
+	if w.f32 != nil {
+		w.f32.Flush(ctx)
+	}
+	if w.f64 != nil {
+		w.f64.Flush(ctx)
+	}
+}
+
+// Boundary ends the current iteration. Every worker contributes a record
+// (iteration, share, compute time, a digest of its view and shares) to one
+// allgather; all compare the same table, so a worker that diverged makes
+// every worker fail with ErrDiverged. It then advances to the next
+// iteration and returns what changed for it. With the static view nothing
+// changes; a collective that failed in the iteration is returned as an
+// error, since a lost worker cannot be replaced yet.
+func (w *Worker) Boundary(ctx context.Context) (Change, error) {
+	if err := w.idle(); err != nil {
+		return Change{}, err
+	}
+	if w.failed != nil {
+		return Change{}, fmt.Errorf("gyre: iteration %d failed: %w", w.iter, w.failed)
+	}
+	n := len(w.members)
+	const fields = 4
+	table := make([]int64, fields*n)
+	rec := table[fields*w.cfg.Rank:]
+	rec[0], rec[1], rec[2], rec[3] = w.iter, int64(w.shares[w.cfg.Rank]), int64(w.compute), int64(w.decisionDigest())
+	if err := ring.AllGather(ctx, w.comm, table); err != nil {
+		w.failed = err
+		return Change{}, fmt.Errorf("gyre: boundary of iteration %d: %w", w.iter, err)
+	}
+	for r := range n {
+		other := table[fields*r:]
+		switch {
+		case other[0] != w.iter:
+			return Change{}, fmt.Errorf("%w: rank %d ended iteration %d, this worker %d", ErrDiverged, r, other[0], w.iter)
+		case other[1] != int64(w.shares[r]):
+			return Change{}, fmt.Errorf("%w: rank %d used share %d, expected %d", ErrDiverged, r, other[1], w.shares[r])
+		case other[3] != rec[3]:
+			return Change{}, fmt.Errorf("%w: rank %d decided a different view or shares", ErrDiverged, r)
+		}
+	}
+	w.iter++
+	w.started, w.compute = time.Time{}, 0
+	return Change{Iter: w.iter, View: w.View(), Shares: w.Shares()}, nil
+}
+
+// decisionDigest hashes the view and shares this worker will use next.
+func (w *Worker) decisionDigest() uint64 {
+	h := fnv.New64a()
+	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
+	put(w.view.Epoch)
+	for _, m := range w.view.Members {
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+	}
+	for _, s := range w.shares {
+		put(uint64(s))
+	}
+	return h.Sum64()
+}
+
+// idle reports ErrPending if gradients are unfinished, or ErrClosed.
+func (w *Worker) idle() error {
+	switch {
+	case w.closed.Load():
+		return ErrClosed
+	case len(w.pending) > 0:
+		return ErrPending
+	}
+	return nil
+}
+
+// Commit records the registered state and the sampler position (the next
+// iteration) as the point Restore returns to. Call it after Boundary.
+func (w *Worker) Commit() error {
+	if err := w.idle(); err != nil {
+		return err
+	}
+	return w.state.commit(w.iter)
+}
+
+// Restore copies the committed state back into the registered tensors and
+// metadata, and moves the sampler back to the committed iteration.
+func (w *Worker) Restore() error {
+	if err := w.idle(); err != nil {
+		return err
+	}
+	iter, err := w.state.restore()
+	if err != nil {
+		return err
+	}
+	w.iter, w.failed = iter, nil
+	w.started, w.compute = time.Time{}, 0
+	return nil
+}
+
+// Abandon gives up the current iteration after an error in the trainer's
+// own code: it flushes and waits for the gradients already submitted,
+// discarding their results, then restores the last commit. Every worker
+// must abandon the same iteration after submitting the same gradients, so
+// their collectives stay in step; a worker that fails alone is a lost
+// worker, which the recovery layer handles.
+func (w *Worker) Abandon(ctx context.Context) error {
+	err := w.Wait(ctx)
+	if err != nil && len(w.pending) > 0 {
+		return err // ctx ended while gradients were still in flight
+	}
+	if w.failed != nil {
+		return fmt.Errorf("gyre: abandon iteration %d: %w", w.iter, w.failed)
+	}
+	return w.Restore()
+}
+
+// Leave ends this worker's part in the job. With the static view every
+// worker leaves together: Leave waits at a barrier for all of them, so none
+// is left waiting for this one's messages, then closes the worker.
+func (w *Worker) Leave(ctx context.Context) error {
+	if err := w.idle(); err != nil {
+		return err
+	}
+	err := w.comm.Barrier(ctx)
+	if err == nil && w.ownT {
+		// The transports close abruptly: let the barrier's last messages
+		// reach the peers first.
+		time.Sleep(closeLinger)
+	}
+	return errors.Join(err, w.Close())
+}
+
+// closeLinger is how long Leave keeps the transport open after the final
+// barrier.
+const closeLinger = 300 * time.Millisecond
+
+// Close stops the worker at once: pending gradients fail with ErrClosed,
+// and the transport is closed unless it was given with WithTransport.
+// Peers still in a collective with this worker fail it. Close is
+// idempotent and safe from any goroutine.
+func (w *Worker) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		w.closed.Store(true)
+		if w.f32 != nil {
+			w.f32.Close()
+		}
+		if w.f64 != nil {
+			w.f64.Close()
+		}
+		if w.comm != nil {
+			w.comm.Close()
+		}
+		if w.ownT && w.t != nil {
+			err = w.t.Close()
+		}
+	})
+	return err
+}
+
+// ConnectAll connects t to every member but members[rank], retrying while
+// they start, until ctx ends. A member that refuses this worker's
+// credentials fails it at once. In the static view a member's address is
+// its ID.
+func ConnectAll(ctx context.Context, t transport.Transport, members []transport.PeerID, rank int) error {
+	for i, m := range members {
+		if i == rank {
+			continue
+		}
+		for {
+			cctx, cancel := context.WithTimeout(ctx, connectAttempt)
+			err := t.Connect(cctx, m, string(m))
+			cancel()
+			if err == nil {
+				break
+			}
+			if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
+				return fmt.Errorf("gyre: connect to rank %d (%s): %w", i, m, err)
+			}
+			select {
+			case <-time.After(connectRetry):
+			case <-ctx.Done():
+				return fmt.Errorf("gyre: connect to rank %d (%s): %w", i, m, ctx.Err())
+			}
+		}
+	}
+	return nil
+}
+
+const (
+	connectAttempt = 2 * time.Second
+	connectRetry   = 100 * time.Millisecond
+)

@@ -1,0 +1,344 @@
+package gyre
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
+	"github.com/gyre-ml/gyre/transport/transporttest"
+)
+
+// counter is Metadata for tests: an epoch counter and a label.
+type counter struct {
+	epoch int64
+	label string
+}
+
+func (c *counter) MarshalBinary() ([]byte, error) {
+	return append(binary.LittleEndian.AppendUint64(nil, uint64(c.epoch)), c.label...), nil
+}
+
+func (c *counter) UnmarshalBinary(b []byte) error {
+	if len(b) < 8 {
+		return errors.New("short counter")
+	}
+	c.epoch, c.label = int64(binary.LittleEndian.Uint64(b)), string(b[8:])
+	return nil
+}
+
+// cluster describes a test job: how many workers, over which transport,
+// and each worker's config and options.
+type cluster struct {
+	n       int
+	quic    bool // real QUIC on loopback; otherwise the in-memory transport
+	adjust  func(rank int, c *Config)
+	options func(rank int) []Option
+}
+
+// start joins every worker concurrently and returns them in rank order,
+// or the Join errors.
+func (cl cluster) start(t *testing.T) ([]*Worker, []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	peers := make([]string, cl.n)
+	var key string
+	var net *mem.Network
+	if cl.quic {
+		addrs, err := launch.FreePorts(cl.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(peers, addrs)
+		key = testKey(t)
+	} else {
+		net = mem.NewNetwork(1)
+		for r := range peers {
+			peers[r] = fmt.Sprintf("127.0.0.1:%d", 1000+r)
+		}
+	}
+	workers := make([]*Worker, cl.n)
+	errs := make([]error, cl.n)
+	var wg sync.WaitGroup
+	for r := range cl.n {
+		cfg := Config{Key: key, Peers: peers, Rank: r, Logger: transporttest.Logger(t)}
+		if cl.adjust != nil {
+			cl.adjust(r, &cfg)
+		}
+		var opts []Option
+		if cl.options != nil {
+			opts = cl.options(r)
+		}
+		if net != nil {
+			tr, err := net.Join(transport.PeerID(peers[r]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { tr.Close() })
+			opts = append(opts, WithTransport(tr))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			workers[r], errs[r] = Join(ctx, cfg, opts...)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, w := range workers {
+			if w != nil {
+				w.Close()
+			}
+		}
+	})
+	return workers, errs
+}
+
+// mustStart is start for jobs that must join.
+func (cl cluster) mustStart(t *testing.T) []*Worker {
+	t.Helper()
+	ws, errs := cl.start(t)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	return ws
+}
+
+// each runs f on every worker concurrently and returns the errors.
+func each(ws []*Worker, f func(r int, w *Worker) error) []error {
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for r, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(r, w)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func randomF64(seed uint64, n int) []float64 {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.NormFloat64()
+	}
+	return v
+}
+
+func TestJoinBroadcastsRankZeroState(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const n = 4
+	params := make([][]float64, n)
+	bias := make([][]float32, n)
+	meta := make([]*counter, n)
+	ws := cluster{n: n, quic: true, options: func(r int) []Option {
+		// Every worker starts from its own random weights.
+		params[r] = randomF64(uint64(r)+1, 1000)
+		bias[r] = []float32{float32(r), float32(r) * 2}
+		meta[r] = &counter{epoch: int64(r) + 10, label: fmt.Sprint("rank", r)}
+		return []Option{WithState(NewState().Float64("w", params[r]).Float32("b", bias[r]).Meta("counter", meta[r]))}
+	}}.mustStart(t)
+	want := randomF64(1, 1000)
+	for r, w := range ws {
+		if !slices.Equal(params[r], want) || !slices.Equal(bias[r], []float32{0, 0}) {
+			t.Errorf("rank %d does not hold rank 0's tensors after Join", r)
+		}
+		if *meta[r] != (counter{epoch: 10, label: "rank0"}) {
+			t.Errorf("rank %d metadata = %+v, want rank 0's", r, *meta[r])
+		}
+		if w.Size() != n || w.Rank() != r || w.Iter() != 0 {
+			t.Errorf("rank %d: size %d rank %d iter %d", r, w.Size(), w.Rank(), w.Iter())
+		}
+	}
+	errs := each(ws, func(_ int, w *Worker) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return w.Leave(ctx)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+}
+
+func TestJoinRejectsDifferentState(t *testing.T) {
+	_, errs := cluster{n: 3, options: func(r int) []Option {
+		n := 8
+		if r == 2 {
+			n = 9
+		}
+		return []Option{WithState(NewState().Float64("w", make([]float64, n)))}
+	}}.start(t)
+	for r, err := range errs {
+		if !errors.Is(err, ErrDiverged) || !containsAll(err.Error(), "rank 2", "different state") {
+			t.Errorf("rank %d: Join = %v, want ErrDiverged naming rank 2's state", r, err)
+		}
+	}
+}
+
+func TestJoinRejectsDifferentBatchSettings(t *testing.T) {
+	_, errs := cluster{n: 3, adjust: func(r int, c *Config) {
+		if r == 1 {
+			c.RNGSeed = 99
+		}
+	}}.start(t)
+	for r, err := range errs {
+		if !errors.Is(err, ErrDiverged) || !containsAll(err.Error(), "rank 1", "batch settings") {
+			t.Errorf("rank %d: Join = %v, want ErrDiverged naming rank 1's settings", r, err)
+		}
+	}
+}
+
+func TestJoinRejectsBadConfig(t *testing.T) {
+	_, err := Join(context.Background(), Config{Key: testKey(t), Shares: []int{3, 4}})
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("Join = %v, want ErrConfig", err)
+	}
+	if _, err := Join(context.Background(), Config{Key: testKey(t)}, WithState(NewState().Float64("x", nil).Float64("x", nil))); !errors.Is(err, ErrConfig) {
+		t.Fatalf("duplicate state: Join = %v, want ErrConfig", err)
+	}
+}
+
+// TestWeightedMean checks that AllReduceAsync applies bᵢ/B: with unequal
+// shares, one of them 0 and its local mean NaN, every worker gets the
+// sample-weighted global mean.
+func TestWeightedMean(t *testing.T) {
+	shares := []int{5, 3, 0, 8}
+	ws := cluster{n: 4, adjust: func(_ int, c *Config) { c.Shares = shares }}.mustStart(t)
+	const n = 50
+	grads := make([][]float64, len(ws))
+	want := make([]float64, n)
+	for r := range ws {
+		grads[r] = randomF64(uint64(r)+7, n)
+		if shares[r] == 0 {
+			for i := range grads[r] {
+				grads[r][i] = math.NaN() // a mean over no samples
+			}
+			continue
+		}
+		for i, g := range grads[r] {
+			want[i] += g * float64(shares[r]) / 16
+		}
+	}
+	errs := each(ws, func(r int, w *Worker) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b := w.Batch()
+		if b.Share != shares[r] || b.Global != 16 || len(b.Indices) != shares[r] {
+			return fmt.Errorf("batch %+v", b)
+		}
+		h := w.AllReduceAsync64(ctx, "g0", grads[r][:20])
+		w.AllReduceAsync64(ctx, "g1", grads[r][20:])
+		if err := w.Wait(ctx); err != nil {
+			return err
+		}
+		if err := h.Wait(ctx); err != nil {
+			return err
+		}
+		_, err := w.Boundary(ctx)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range ws {
+		for i, g := range grads[r] {
+			if math.Abs(g-want[i]) > 1e-12 {
+				t.Fatalf("rank %d element %d = %v, want %v", r, i, g, want[i])
+			}
+		}
+		if !slices.Equal(grads[r], grads[0]) {
+			t.Fatalf("rank %d differs from rank 0", r)
+		}
+	}
+}
+
+func TestOneGradientType(t *testing.T) {
+	ws := cluster{n: 1}.mustStart(t)
+	w := ws[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.AllReduceAsync(ctx, "a", []float32{1})
+	h := w.AllReduceAsync64(ctx, "b", []float64{1})
+	if err := h.Wait(ctx); !errors.Is(err, ErrConfig) || !containsAll(err.Error(), `"b"`, "one gradient type") {
+		t.Fatalf("mixed types: Wait = %v", err)
+	}
+	if err := w.Wait(ctx); err == nil {
+		t.Fatal("Wait hid the failed submission")
+	}
+}
+
+func TestBoundaryNeedsIdle(t *testing.T) {
+	ws := cluster{n: 1}.mustStart(t)
+	w := ws[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.AllReduceAsync(ctx, "a", []float32{1})
+	if _, err := w.Boundary(ctx); !errors.Is(err, ErrPending) {
+		t.Fatalf("Boundary with pending gradients = %v, want ErrPending", err)
+	}
+	if err := w.Commit(); !errors.Is(err, ErrPending) {
+		t.Fatalf("Commit with pending gradients = %v, want ErrPending", err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := w.Boundary(ctx)
+	if err != nil || ch.Iter != 1 || ch.Redo || ch.ViewChanged || ch.SharesChanged {
+		t.Fatalf("Boundary = %+v, %v", ch, err)
+	}
+	w.Close()
+	if _, err := w.Boundary(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Boundary after Close = %v", err)
+	}
+}
+
+// TestBoundaryCatchesDivergence has one worker go back to an old commit
+// alone: every worker's Boundary then fails with ErrDiverged.
+func TestBoundaryCatchesDivergence(t *testing.T) {
+	ws := cluster{n: 3}.mustStart(t)
+	step := func(f func(r int, w *Worker) error) []error {
+		return each(ws, func(r int, w *Worker) error {
+			return f(r, w)
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := errors.Join(step(func(_ int, w *Worker) error { _, err := w.Boundary(ctx); return err })...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ws[1].Restore(); err != nil || ws[1].Iter() != 0 {
+		t.Fatalf("Restore = %v, iter %d", err, ws[1].Iter())
+	}
+	for r, err := range step(func(_ int, w *Worker) error { _, err := w.Boundary(ctx); return err }) {
+		if !errors.Is(err, ErrDiverged) {
+			t.Errorf("rank %d: Boundary = %v, want ErrDiverged", r, err)
+		}
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
