@@ -22,7 +22,9 @@ import (
 //     answers ack once it holds the last byte of the last one.
 //   - opPingPong: count times, the parent sends size bytes and the peer
 //     echoes them.
-//   - opRelease: the peer frees its buffer.
+//   - opBidir: the parent and the peer each send count messages of size
+//     bytes to the other at once, after the parent sends go (bidir.go).
+//   - opRelease: the peer frees its buffers.
 //
 // Over a Gyre transport a command is an empty message on ChanControl whose
 // header carries op in Step, size in Total and count in Chunk; payloads go
@@ -34,6 +36,8 @@ const (
 	opRelease  = 3
 	opReady    = 4
 	opAck      = 5
+	opBidir    = 6
+	opGo       = 7
 )
 
 // cmdSize is the encoded size of a bare command: op uint32, count uint32,
@@ -61,7 +65,7 @@ type command struct {
 
 func (c command) check() error {
 	switch {
-	case c.op != opOneWay && c.op != opPingPong && c.op != opRelease:
+	case c.op != opOneWay && c.op != opPingPong && c.op != opBidir && c.op != opRelease:
 		return fmt.Errorf("%w: unknown op %d", ErrProtocol, c.op)
 	case c.size > MaxMessage:
 		return fmt.Errorf("%w: message of %d bytes exceeds %d", ErrProtocol, c.size, MaxMessage)
@@ -117,7 +121,7 @@ func serveBare(ctx context.Context, c conn) error {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.Close()
-	var buf []byte
+	var buf, send []byte
 	var cb [cmdSize]byte
 	answer := func(b byte) error {
 		_, err := c.Write([]byte{b})
@@ -136,8 +140,18 @@ func serveBare(ctx context.Context, c conn) error {
 		}
 		switch cmd.op {
 		case opRelease:
-			buf = nil
+			buf, send = nil, nil
 			if err := answer(opReady); err != nil {
+				return err
+			}
+			continue
+		case opBidir:
+			buf = grow(buf, int(cmd.size))
+			send = fillMessage(grow(send, int(cmd.size)))
+			if err := answer(opReady); err != nil {
+				return err
+			}
+			if err := serveBareBidir(c, buf, send, int(cmd.count)); err != nil {
 				return err
 			}
 			continue
@@ -204,7 +218,7 @@ func closedCleanly(err error) bool {
 // serveLink answers the parent's commands on one Gyre transport until it
 // is closed or ctx is done.
 func serveLink(ctx context.Context, t transport.Transport) error {
-	var buf []byte
+	var buf, send []byte
 	var cb [64]byte
 	answer := func(op uint32) error {
 		return t.Send(ctx, parentID, transport.ChanControl, command{op: op}.header(), nil)
@@ -221,9 +235,20 @@ func serveLink(ctx context.Context, t transport.Transport) error {
 		if err := cmd.check(); err != nil {
 			return err
 		}
-		if cmd.op == opRelease {
-			buf = nil
+		switch cmd.op {
+		case opRelease:
+			buf, send = nil, nil
 			if err := answer(opReady); err != nil {
+				return err
+			}
+			continue
+		case opBidir:
+			buf = grow(buf, int(cmd.size))
+			send = fillMessage(grow(send, int(cmd.size)))
+			if err := answer(opReady); err != nil {
+				return err
+			}
+			if err := serveLinkBidir(ctx, t, buf, send, int(cmd.count)); err != nil {
 				return err
 			}
 			continue

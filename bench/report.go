@@ -44,14 +44,17 @@ type Settings struct {
 	Warmup   int      `json:"warmup"`
 	Iters    int      `json:"iters"` // 0: DefaultIters per size
 	Runs     int      `json:"runs"`
+	Bidir    bool     `json:"bidir"` // throughput both ways at once, no round trip
 }
 
 // OneWay is one row of the one-way throughput table. TimeUS is the time per
 // message; the medians are over runs, and Ratio is the median of the per-run
 // ratios of Gyre's bandwidth to the bare baseline's (1 means no overhead).
+// With Bidir both processes sent at once, and the figures are per direction.
 type OneWay struct {
 	Variant    string  `json:"variant"`
 	Bare       string  `json:"bare"`
+	Bidir      bool    `json:"bidir"`
 	Stripes    int     `json:"stripes"`
 	SizeBytes  int64   `json:"size_bytes"`
 	Iters      int     `json:"iters"`
@@ -131,12 +134,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, m := range r.Method {
 		p("# %s\n", m)
 	}
-	p("#\n# One-way throughput\n")
+	if r.Settings.Bidir {
+		p("#\n# Bidirectional throughput (GB/s per direction)\n")
+	} else {
+		p("#\n# One-way throughput\n")
+	}
 	p("# %14s %8s %12s %6s %13s %10s %15s %11s\n",
 		"variant", "stripes", "size_bytes", "iters", "time_us(med)", "GB/s(med)", "bare GB/s(med)", "ratio(med)")
 	for _, o := range r.OneWay {
 		p("  %14s %8d %12d %6d %13.1f %10.3f %15.3f %11.3f\n",
 			o.Variant, o.Stripes, o.SizeBytes, o.Iters, o.TimeUS, o.GBps, o.BareGBps, o.Ratio)
+	}
+	if r.Settings.Bidir {
+		// A bidir run measures no round trip.
+		return ew.err
 	}
 	p("#\n# Round trip (ping-pong)\n")
 	p("# %14s %8s %12s %6s %12s %17s %11s\n",

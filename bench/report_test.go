@@ -128,3 +128,32 @@ func TestWriteJSONShape(t *testing.T) {
 		t.Fatalf("round trip through JSON: %v, %+v", err, back.OneWay)
 	}
 }
+
+func TestWriteTableBidir(t *testing.T) {
+	r := sampleReport()
+	r.Settings.Bidir = true
+	r.RoundTrip = nil
+	r.OneWay[0].Bidir = true
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "# Bidirectional throughput (GB/s per direction)\n") || strings.Contains(out, "Round trip") {
+		t.Errorf("bidir table:\n%s", out)
+	}
+	if rows := dataRows(out); len(rows) != 1 {
+		t.Fatalf("want 1 data row, got %d:\n%s", len(rows), out)
+	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || !back.Settings.Bidir || !back.OneWay[0].Bidir {
+		t.Fatalf("bidir flags lost through JSON: %v, %+v", err, back)
+	}
+	if !strings.Contains(b.String(), `"bidir": true`) {
+		t.Errorf("JSON lacks the bidir field:\n%s", b.String())
+	}
+}

@@ -36,6 +36,10 @@ type TransportOptions struct {
 	Warmup   int       // untimed messages before the runs of each size and round trip; 0 for none
 	Iters    int       // timed messages per run; 0: DefaultIters(size)
 	Runs     int       // interleaved runs of gyre and bare; default DefaultRuns
+	// Bidir measures both processes sending to each other at once, a
+	// two-rank ring's traffic, instead of one-way throughput and the
+	// round trip.
+	Bidir bool
 
 	Key          secret.Secret    // the ephemeral cluster secret shared with the peer; required
 	NewTransport TransportFactory // default gyre.NewTransport
@@ -255,23 +259,15 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 		Machine: ThisMachine(),
 		Settings: Settings{
 			Stripes: o.Stripes, Sizes: o.Sizes, Warmup: o.Warmup, Iters: o.Iters, Runs: o.Runs,
+			Bidir: o.Bidir,
 		},
-		Method: []string{
-			"two processes on 127.0.0.1; gyre = the Gyre transport (framing, channels, stripes); bare = the same bytes with no Gyre framing",
-			"bare baselines: quic -> one quic-go stream per connection (same certificates, same flow-control windows); tcp -> crypto/tls 1.3; tcp-insecure -> plain TCP; one connection per stripe, each carrying an equal slice of every message of 256K or more, as Gyre splits them",
-			"one-way: the sender starts the clock, sends iters messages of size_bytes back to back and stops it when the receiver acks the last byte; time_us = elapsed / iters",
-			fmt.Sprintf("round trip: %d-byte ping-pong, each exchange timed alone, median per run; the bare round trip uses one connection", RTTSize),
-			"medians over runs; ratio = median over runs of gyre/bare (one-way: GB/s, below 1 is slower; round trip: time, above 1 is slower); GB/s = 1e9 bytes/s",
-		},
+		Method: method(o.Bidir),
 	}
 	var maxSize int64 = RTTSize
 	for _, s := range o.Sizes {
 		maxSize = max(maxSize, s)
 	}
-	buf := make([]byte, maxSize)
-	for i := range buf {
-		buf[i] = byte(i*7 + i>>11)
-	}
+	buf := fillMessage(make([]byte, maxSize))
 
 	for _, v := range o.Variants {
 		rep.Settings.Variants = append(rep.Settings.Variants, v.String())
@@ -294,8 +290,29 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 	return rep, nil
 }
 
-// measure runs every size and the round trip for one variant and stripe
-// count, appending rows to rep.
+// method says how the report was measured, for its header.
+func method(bidir bool) []string {
+	m := []string{
+		"two processes on 127.0.0.1; gyre = the Gyre transport (framing, channels, stripes); bare = the same bytes with no Gyre framing",
+		"bare baselines: quic -> one quic-go stream per connection (same certificates, same flow-control windows); tcp -> crypto/tls 1.3; tcp-insecure -> plain TCP; one connection per stripe, each carrying an equal slice of every message of 256K or more, as Gyre splits them",
+	}
+	if bidir {
+		return append(m,
+			"bidir: both processes send iters messages of size_bytes to each other at once (a two-rank ring's traffic); the clock runs from the parent's go to when both hold the other's last byte; time_us = elapsed / iters",
+			"bidir bare: each connection carries both directions (quic: each side sends on its own half of the stream, flow-controlled separately), whereas each side of a Gyre transport sends on connections it dialed itself",
+			"GB/s is per direction: size_bytes one side sent / time_us, comparable with an N=2 allreduce's busbw; the received bytes are checked",
+			"medians over runs; ratio = median over runs of gyre/bare GB/s (below 1 is slower); GB/s = 1e9 bytes/s",
+		)
+	}
+	return append(m,
+		"one-way: the sender starts the clock, sends iters messages of size_bytes back to back and stops it when the receiver acks the last byte; time_us = elapsed / iters",
+		fmt.Sprintf("round trip: %d-byte ping-pong, each exchange timed alone, median per run; the bare round trip uses one connection", RTTSize),
+		"medians over runs; ratio = median over runs of gyre/bare (one-way: GB/s, below 1 is slower; round trip: time, above 1 is slower); GB/s = 1e9 bytes/s",
+	)
+}
+
+// measure runs every size, and the round trip unless o.Bidir, for one
+// variant and stripe count, appending rows to rep.
 func measure(ctx context.Context, o TransportOptions, rep *Report, v Variant, stripes int, g *gyreLink, b *bareLink, buf []byte) error {
 	log := o.Logger.With().Str("variant", v.String()).Int("stripes", stripes).Logger()
 	sides := []struct {
@@ -307,7 +324,7 @@ func measure(ctx context.Context, o TransportOptions, rep *Report, v Variant, st
 		iters := o.iters(size)
 		if o.Warmup > 0 {
 			for _, side := range sides {
-				if _, err := timedOneWay(ctx, side.l, msg, o.Warmup); err != nil {
+				if _, err := o.throughput(ctx, side.l, msg, o.Warmup); err != nil {
 					return fmt.Errorf("%s warm-up at %d bytes: %w", side.name, size, err)
 				}
 			}
@@ -316,37 +333,41 @@ func measure(ctx context.Context, o TransportOptions, rep *Report, v Variant, st
 		for r := range runs {
 			var us [2]float64
 			for i, side := range sides {
-				d, err := timedOneWay(ctx, side.l, msg, iters)
+				d, err := o.throughput(ctx, side.l, msg, iters)
 				if err != nil {
-					return fmt.Errorf("%s one-way at %d bytes: %w", side.name, size, err)
+					return fmt.Errorf("%s %s at %d bytes: %w", side.name, o.mode(), size, err)
 				}
 				us[i] = float64(d) / float64(time.Microsecond) / float64(iters)
 			}
 			runs[r] = Pair{GyreUS: us[0], BareUS: us[1]}
 		}
 		row := newOneWay(v.String(), v.Bare().Describe(), stripes, size, iters, runs)
+		row.Bidir = o.Bidir
 		rep.OneWay = append(rep.OneWay, row)
 		log.Info().Int64("size", size).Float64("gbps", row.GBps).Float64("bare_gbps", row.BareGBps).
-			Float64("ratio", row.Ratio).Msg("one-way")
+			Float64("ratio", row.Ratio).Msg(o.mode())
 	}
-
-	iters := o.iters(RTTSize)
-	msg := buf[:RTTSize]
-	runs := make([]Pair, o.Runs)
-	for r := range runs {
-		var us [2]float64
-		for i, side := range sides {
-			ds, err := timedPingPong(ctx, side.l, msg, o.Warmup, iters)
-			if err != nil {
-				return fmt.Errorf("%s round trip: %w", side.name, err)
+	// The round trip is the same exchange with or without bidir, so a bidir
+	// run leaves it out.
+	if !o.Bidir {
+		iters := o.iters(RTTSize)
+		msg := buf[:RTTSize]
+		runs := make([]Pair, o.Runs)
+		for r := range runs {
+			var us [2]float64
+			for i, side := range sides {
+				ds, err := timedPingPong(ctx, side.l, msg, o.Warmup, iters)
+				if err != nil {
+					return fmt.Errorf("%s round trip: %w", side.name, err)
+				}
+				us[i] = Median(micros(ds))
 			}
-			us[i] = Median(micros(ds))
+			runs[r] = Pair{GyreUS: us[0], BareUS: us[1]}
 		}
-		runs[r] = Pair{GyreUS: us[0], BareUS: us[1]}
+		row := newRTT(v.String(), v.Bare().Describe(), stripes, RTTSize, iters, runs)
+		rep.RoundTrip = append(rep.RoundTrip, row)
+		log.Info().Float64("rtt_us", row.RTTUS).Float64("bare_rtt_us", row.BareRTTUS).Float64("ratio", row.Ratio).Msg("round trip")
 	}
-	row := newRTT(v.String(), v.Bare().Describe(), stripes, RTTSize, iters, runs)
-	rep.RoundTrip = append(rep.RoundTrip, row)
-	log.Info().Float64("rtt_us", row.RTTUS).Float64("bare_rtt_us", row.BareRTTUS).Float64("ratio", row.Ratio).Msg("round trip")
 
 	for _, side := range sides {
 		rctx, cancel := context.WithTimeout(ctx, connectTimeout)
@@ -365,12 +386,6 @@ func trialTimeout(n int64) time.Duration {
 	return connectTimeout + time.Duration(n/10e6)*time.Second
 }
 
-func timedOneWay(ctx context.Context, l link, msg []byte, count int) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, trialTimeout(int64(len(msg))*int64(count)))
-	defer cancel()
-	return l.oneWay(ctx, msg, count)
-}
-
 // timedPingPong runs warm+iters exchanges and returns the last iters.
 func timedPingPong(ctx context.Context, l link, msg []byte, warm, iters int) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, trialTimeout(2*int64(len(msg))*int64(warm+iters)))
@@ -387,6 +402,9 @@ type link interface {
 	// oneWay sends count messages of msg and returns the time from the
 	// first send to the peer's ack of the last byte.
 	oneWay(ctx context.Context, msg []byte, count int) (time.Duration, error)
+	// bidir sends count messages of msg while the peer sends as many of
+	// the same size back, and returns the time until both hold all of them.
+	bidir(ctx context.Context, msg []byte, count int) (time.Duration, error)
 	// pingPong exchanges msg with the peer count times, timing each.
 	pingPong(ctx context.Context, msg []byte, count int) ([]time.Duration, error)
 	// release lets the peer free its buffer.
@@ -507,14 +525,14 @@ func (b *bareLink) close() {
 	}
 }
 
-// each runs f for every stripe with its slice of msg, concurrently when
+// each runs f for every stripe with its slice of msg, which starts at lo, concurrently when
 // there are several, and joins the errors. Connection deadlines follow ctx.
-func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, part []byte) error) error {
+func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, lo int, part []byte) error) error {
 	dl, _ := ctx.Deadline()
 	k := len(b.conns)
 	if wire.StripesUsed(uint64(len(msg)), k) == 1 {
 		b.conns[0].SetDeadline(dl)
-		return f(b.conns[0], msg)
+		return f(b.conns[0], 0, msg)
 	}
 	errs := make([]error, k)
 	var wg sync.WaitGroup
@@ -525,7 +543,7 @@ func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, part []b
 			continue
 		}
 		c.SetDeadline(dl)
-		wg.Go(func() { errs[i] = f(c, part) })
+		wg.Go(func() { errs[i] = f(c, int(lo), part) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -551,14 +569,14 @@ func readAnswer(c conn, op byte) error {
 }
 
 func (b *bareLink) oneWay(ctx context.Context, msg []byte, count int) (time.Duration, error) {
-	err := b.each(ctx, msg, func(c conn, part []byte) error {
+	err := b.each(ctx, msg, func(c conn, _ int, part []byte) error {
 		return sendCommand(c, command{op: opOneWay, size: uint64(len(part)), count: uint32(count)})
 	})
 	if err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
-	err = b.each(ctx, msg, func(c conn, part []byte) error {
+	err = b.each(ctx, msg, func(c conn, _ int, part []byte) error {
 		for range count {
 			if err := writeChunked(c, part); err != nil {
 				return err
@@ -602,4 +620,23 @@ func (b *bareLink) release(ctx context.Context) error {
 		errs = append(errs, sendCommand(c, command{op: opRelease}))
 	}
 	return errors.Join(errs...)
+}
+
+// mode names the throughput trial, for logs and errors.
+func (o TransportOptions) mode() string {
+	if o.Bidir {
+		return "bidir"
+	}
+	return "one-way"
+}
+
+// throughput runs one timed throughput trial of count messages: one-way,
+// or both ways at once with Bidir.
+func (o TransportOptions) throughput(ctx context.Context, l link, msg []byte, count int) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, trialTimeout(int64(len(msg))*int64(count)))
+	defer cancel()
+	if o.Bidir {
+		return l.bidir(ctx, msg, count)
+	}
+	return l.oneWay(ctx, msg, count)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -128,6 +129,43 @@ func TestRunTransportInProcess(t *testing.T) {
 	}
 	if !strings.Contains(rep.OneWay[0].Bare, "quic-go") {
 		t.Errorf("first baseline = %q", rep.OneWay[0].Bare)
+	}
+}
+
+// TestRunTransportBidir runs the bidirectional trial the same way: every
+// row has both sides' figures, and the parent has checked the bytes it got
+// back (a mismatch fails the run), across stripes and sizes that split.
+func TestRunTransportBidir(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	o := testOptions(t, VariantQUIC, VariantTLS, VariantTCPInsecure)
+	o.Bidir = true
+	rep, err := RunTransport(ctx, o, goroutinePeer(t, o.NewTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.OneWay), 3*2*2; got != want {
+		t.Fatalf("%d bidir rows, want %d", got, want)
+	}
+	if len(rep.RoundTrip) != 0 || !rep.Settings.Bidir {
+		t.Fatalf("bidir report: %d round-trip rows, settings %+v", len(rep.RoundTrip), rep.Settings)
+	}
+	for _, r := range rep.OneWay {
+		if !r.Bidir || r.GBps <= 0 || r.BareGBps <= 0 || r.Ratio <= 0 || len(r.Runs) != 2 || r.Iters != 3 {
+			t.Errorf("bad bidir row %+v", r)
+		}
+	}
+}
+
+func TestDuplexAborts(t *testing.T) {
+	boom := errors.New("boom")
+	unblock := make(chan struct{})
+	err := duplex(func() { close(unblock) },
+		func() error { <-unblock; return context.Canceled },
+		func() error { return boom })
+	if !errors.Is(err, boom) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("duplex = %v, want both errors", err)
 	}
 }
 

@@ -25,6 +25,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 	var (
 		transportName string
 		insecure      bool
+		bidir         bool
 		stripes       string
 		sizes         string
 		warmup        int
@@ -42,10 +43,15 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 			"transport is paired with a bare baseline carrying the same bytes with no\n" +
 			"Gyre framing (quic: a quic-go stream; tcp: crypto/tls; tcp --insecure:\n" +
 			"TCP), and their runs are interleaved. The child gets an ephemeral\n" +
-			"cluster secret through its environment.",
+			"cluster secret through its environment.\n\n" +
+			"With --bidir both processes send each message to each other at once, the\n" +
+			"traffic of a two-rank ring, and the table gives GB/s per direction (the\n" +
+			"bytes one side sent / time), comparable with `bench allreduce -n 2` busbw;\n" +
+			"there is no round trip then.",
 		Example: "  gyre bench transport\n" +
 			"  gyre bench transport --transport tcp --insecure --stripes 1,2,4 --sizes 1M,64M\n" +
-			"  gyre bench transport --transport quic --runs 9 --json quic.json",
+			"  gyre bench transport --transport quic --runs 9 --json quic.json\n" +
+			"  gyre bench transport --bidir --transport quic --sizes 64M,256M",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			variants, err := bench.SelectVariants(transportName, insecure)
@@ -83,6 +89,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 				Warmup:       warmup,
 				Iters:        iters,
 				Runs:         runs,
+				Bidir:        bidir,
 				Key:          key,
 				NewTransport: gyre.NewTransport,
 				Command:      "gyre " + strings.Join(commandArgs(cmd), " "),
@@ -103,6 +110,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&transportName, "transport", "all", "transports to measure: quic, tcp or all (quic, tcp and tcp --insecure)")
 	f.BoolVar(&insecure, "insecure", false, "with --transport tcp: plain TCP instead of TLS")
+	f.BoolVar(&bidir, "bidir", false, "both processes send to each other at once (a two-rank ring's traffic); GB/s per direction, no round trip")
 	f.StringVar(&stripes, "stripes", "1", "comma list of stripe counts (connections per link)")
 	f.StringVar(&sizes, "sizes", bench.DefaultSizes, "comma list of message sizes in bytes, with K/M/G suffixes")
 	f.IntVarP(&warmup, "warmup", "w", bench.DefaultWarmup, "warm-up messages before the runs of each size")

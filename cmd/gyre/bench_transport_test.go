@@ -70,6 +70,66 @@ func TestBenchTransport(t *testing.T) {
 	}
 }
 
+// TestBenchTransportBidir runs a tiny `gyre bench transport --bidir` end
+// to end over every variant: one row per size and stripe count with both
+// sides' throughput, no round trip, and bidir marked in the JSON.
+func TestBenchTransportBidir(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	out, stderr, err := run(t, testEnv(nil),
+		"--log-level", "warn", "bench", "transport", "--bidir",
+		"--sizes", "4K,300K", "--stripes", "1,2", "--runs", "1", "--iters", "3", "-w", "1",
+		"--json", jsonPath)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	t.Logf("output:\n%s", out)
+	if !strings.Contains(out, "# Bidirectional throughput") || strings.Contains(out, "Round trip") {
+		t.Fatalf("not a bidir table:\n%s", out)
+	}
+	rows := map[string]int{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if len(f) != 8 {
+			t.Fatalf("row %q: %d fields, want 8", l, len(f))
+		}
+		for i, x := range f[1:] {
+			// GB/s of tiny messages under the race detector may round to
+			// 0.000 in the table; the JSON below has them unrounded.
+			v, err := strconv.ParseFloat(x, 64)
+			if gbps := i == 4 || i == 5; err != nil || v < 0 || (v == 0 && !gbps) {
+				t.Fatalf("row %q: %q is not a positive number", l, x)
+			}
+		}
+		rows[f[0]]++
+	}
+	for _, v := range []string{"quic", "tcp", "tcp-insecure"} {
+		if rows[v] != 4 {
+			t.Errorf("variant %s: %d rows, want 4 (2 sizes x 2 stripe counts)", v, rows[v])
+		}
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Settings.Bidir || len(rep.OneWay) != 12 || len(rep.RoundTrip) != 0 {
+		t.Fatalf("JSON report: %d rows, %d round-trip rows, settings %+v", len(rep.OneWay), len(rep.RoundTrip), rep.Settings)
+	}
+	for _, r := range rep.OneWay {
+		if !r.Bidir || r.GBps <= 0 || r.BareGBps <= 0 {
+			t.Errorf("bad row %+v", r)
+		}
+	}
+}
+
 // TestBenchTransportKeyFile runs the benchmark with a keygen'd secret, and
 // checks that it is the secret used, not an ephemeral one.
 func TestBenchTransportKeyFile(t *testing.T) {
