@@ -1,0 +1,189 @@
+// Package train is the distributed training loop of the built-in MLP job,
+// shared by `gyre train`, examples/mlp and `gyre bench overlap`. It follows
+// the loop the gyre package documents: batch, forward, backward with each
+// layer's gradient handed to AllReduceAsync as soon as it is ready, wait,
+// step, boundary, commit.
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/mlp"
+)
+
+// Options configures Run.
+type Options struct {
+	// Iters stops training after this many iterations (counted from 0, so
+	// the last is Iters-1). Required.
+	Iters int64
+	// TargetAcc stops training once the test accuracy reaches it. 0 never
+	// stops early.
+	TargetAcc float64
+	// EvalEvery is how often, in iterations, the test accuracy is measured
+	// and Progress called. Default 50.
+	EvalEvery int64
+	// TestSize is the number of test samples. Default mlp.DefaultTestSize.
+	TestSize int
+	// NoOverlap submits the gradients only after the whole backward pass,
+	// for comparison; by default each layer's gradient is submitted as soon
+	// as it is ready.
+	NoOverlap bool
+	// Progress, if set, is called after each evaluation, on every worker.
+	Progress func(Progress)
+	// OnIteration, if set, is called at the end of every iteration with
+	// its global mean loss, on every worker.
+	OnIteration func(iter int64, loss float64)
+}
+
+// Progress is a report at an evaluation.
+type Progress struct {
+	Iter          int64   // iterations done
+	Loss          float64 // the global mean loss of the last iteration
+	Acc           float64 // test accuracy
+	SamplesPerSec float64 // global samples per second since the start
+	Shares        []int
+	Elapsed       time.Duration
+}
+
+// Job is a model, its optimizer and its data: what one worker trains.
+type Job struct {
+	Model *mlp.Model
+	Opt   *mlp.SGD
+	Data  *mlp.Dataset
+}
+
+// NewJob returns the default job: the default MLP with weights drawn from
+// modelSeed, its default optimizer, and the dataset of dataSeed.
+func NewJob(modelSeed, dataSeed uint64) *Job {
+	m := mlp.NewDefault(modelSeed)
+	return &Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(dataSeed)}
+}
+
+// State returns the job's state for gyre.WithState: every layer's
+// parameters and momentum buffer.
+func (j *Job) State() *gyre.State {
+	s := gyre.NewState()
+	for l, p := range j.Model.Params() {
+		s.Float64(fmt.Sprintf("layer%d", l), p)
+	}
+	for l, v := range j.Opt.Momentum() {
+		s.Float64(fmt.Sprintf("momentum%d", l), v)
+	}
+	return s
+}
+
+// Result is the outcome of Run.
+type Result struct {
+	Iters   int64   // iterations done
+	Loss    float64 // the last iteration's global mean loss
+	Acc     float64 // the final test accuracy
+	Elapsed time.Duration
+	// SamplesPerSec is global samples per second over the run.
+	SamplesPerSec float64
+}
+
+// Run trains j on w until o.Iters iterations are done or the test accuracy
+// reaches o.TargetAcc. Every worker evaluates the same test samples with
+// the same parameters, so all of them stop at the same iteration without
+// exchanging a word.
+func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error) {
+	if o.Iters <= 0 {
+		return Result{}, errors.New("train: Iters must be positive")
+	}
+	if o.EvalEvery <= 0 {
+		o.EvalEvery = 50
+	}
+	if o.TestSize <= 0 {
+		o.TestSize = mlp.DefaultTestSize
+	}
+	test := mlp.TestIndices(o.TestSize)
+	layers := j.Model.Layers()
+	names := make([]string, layers)
+	for l := range names {
+		names[l] = fmt.Sprintf("grad%d", l)
+	}
+	var (
+		x       []float64
+		labels  []int
+		indices []uint64
+		loss    = make([]float64, 1)
+		ready   = make([]int, 0, layers)
+		start   = time.Now()
+		startIt = w.Iter()
+		res     Result
+	)
+	for w.Iter() < o.Iters {
+		b := w.Batch()
+		indices = indices[:0]
+		for _, i := range b.Indices {
+			indices = append(indices, uint64(i))
+		}
+		x, labels = j.Data.Batch(indices, x, labels)
+		end := w.StartSpan(gyre.SpanForward)
+		l, err := j.Model.Forward(x, labels)
+		end()
+		if err != nil {
+			return res, err
+		}
+		end = w.StartSpan(gyre.SpanBackward)
+		ready = ready[:0]
+		j.Model.Backward(func(layer int, grad []float64) {
+			if o.NoOverlap {
+				ready = append(ready, layer)
+				return
+			}
+			w.AllReduceAsync64(ctx, names[layer], grad)
+		})
+		end()
+		grads := j.Model.Grads()
+		for _, layer := range ready {
+			w.AllReduceAsync64(ctx, names[layer], grads[layer])
+		}
+		loss[0] = l
+		w.AllReduceAsync64(ctx, "loss", loss)
+		if err := w.Wait(ctx); err != nil {
+			return res, err
+		}
+		end = w.StartSpan(gyre.SpanStep)
+		err = j.Opt.Step(j.Model.Params(), grads)
+		end()
+		if err != nil {
+			return res, err
+		}
+		change, err := w.Boundary(ctx)
+		if err != nil {
+			return res, err
+		}
+		if change.Redo {
+			continue // the state was restored: run the iteration again
+		}
+		if err := w.Commit(); err != nil {
+			return res, err
+		}
+		res.Iters, res.Loss = w.Iter(), loss[0]
+		if o.OnIteration != nil {
+			o.OnIteration(w.Iter()-1, loss[0])
+		}
+		last := w.Iter() == o.Iters
+		if w.Iter()%o.EvalEvery != 0 && !last {
+			continue
+		}
+		end = w.StartSpan(gyre.SpanEval)
+		res.Acc = j.Model.Accuracy(j.Data, test)
+		end()
+		res.Elapsed = time.Since(start)
+		res.SamplesPerSec = float64(w.Iter()-startIt) * float64(b.Global) / res.Elapsed.Seconds()
+		if o.Progress != nil {
+			o.Progress(Progress{Iter: w.Iter(), Loss: res.Loss, Acc: res.Acc, SamplesPerSec: res.SamplesPerSec,
+				Shares: w.Shares(), Elapsed: res.Elapsed})
+		}
+		if o.TargetAcc > 0 && res.Acc >= o.TargetAcc {
+			break
+		}
+	}
+	return res, nil
+}
