@@ -92,7 +92,7 @@ func newDataset(seed uint64, tc teacherConfig) *Dataset {
 func (d *Dataset) balance() {
 	const (
 		calib  = 4096
-		rounds = 200
+		rounds = 60
 	)
 	r := rand.New(rand.NewPCG(mix(d.seed), 0xba1a_0ce0_0000_0001))
 	xs := make([]float64, calib*InputDim)
@@ -113,20 +113,26 @@ func (d *Dataset) balance() {
 		}
 	}
 	var counts [NumClasses]int
-	row := make([]float64, NumClasses)
+	var b [NumClasses]float64 // a local copy keeps the hot loop in registers and cache
+	copy(b[:], out.b)
 	for round := range rounds {
 		counts = [NumClasses]int{}
 		for i := 0; i < calib; i++ {
-			for j := range NumClasses {
-				row[j] = logits[i*NumClasses+j] + out.b[j]
+			row := logits[i*NumClasses : (i+1)*NumClasses]
+			best := 0
+			for j := 1; j < NumClasses; j++ {
+				if row[j]+b[j] > row[best]+b[best] {
+					best = j
+				}
 			}
-			counts[argmax(row)]++
+			counts[best]++
 		}
 		step := 2.0 / float64(round+10)
 		for j := range NumClasses {
-			out.b[j] -= step * (float64(counts[j])/calib - 1.0/NumClasses) * NumClasses
+			b[j] -= step * (float64(counts[j])/calib - 1.0/NumClasses) * NumClasses
 		}
 	}
+	copy(out.b, b[:])
 }
 
 // Seed returns the seed the Dataset was made from.

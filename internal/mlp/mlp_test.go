@@ -9,17 +9,17 @@ import (
 )
 
 // trainLocal runs iters single-process SGD steps on the training stream:
-// batch k is indices [k·batch, (k+1)·batch), fresh samples every step, the
+// batch k is indices first + [k·batch, (k+1)·batch), fresh samples every step, the
 // way a data-parallel run with the same global batch sees them. If every is
 // positive it calls report(k+1) after every `every` steps.
-func trainLocal(tb testing.TB, m *Model, opt *SGD, ds *Dataset, iters, batch, every int, report func(iter int)) {
+func trainLocal(tb testing.TB, m *Model, opt *SGD, ds *Dataset, first uint64, iters, batch, every int, report func(iter int)) {
 	tb.Helper()
 	idx := make([]uint64, batch)
 	var x []float64
 	var y []int
 	for k := range iters {
 		for i := range idx {
-			idx[i] = uint64(k*batch + i)
+			idx[i] = first + uint64(k*batch+i)
 		}
 		x, y = ds.Batch(idx, x, y)
 		if _, err := m.Forward(x, y); err != nil {
@@ -232,7 +232,7 @@ func TestTrainingIsDeterministic(t *testing.T) {
 	run := func() (*Model, *SGD) {
 		m := NewDefault(42)
 		opt := NewDefaultSGD(m)
-		trainLocal(t, m, opt, NewDataset(5), 15, 64, 0, nil)
+		trainLocal(t, m, opt, NewDataset(5), 0, 15, 64, 0, nil)
 		return m, opt
 	}
 	m1, o1 := run()

@@ -300,30 +300,50 @@ const evalChunk = 1024
 // the model classifies correctly (0 for no indices). It uses its own
 // scratch space, so it may run between Forward and Backward.
 func (m *Model) Accuracy(ds *Dataset, indices []uint64) float64 {
-	if len(indices) == 0 {
-		return 0
-	}
-	if m.sizes[0] != InputDim || m.sizes[len(m.sizes)-1] != NumClasses {
-		return 0
-	}
 	var x []float64
 	var labels []int
 	correct := 0
-	classes := NumClasses
 	for start := 0; start < len(indices); start += evalChunk {
 		chunk := indices[start:min(start+evalChunk, len(indices))]
 		x, labels = ds.Batch(chunk, x, labels)
-		if _, err := m.forward(&m.eval, x, labels); err != nil {
-			return 0 // unreachable: Batch makes the shapes agree
-		}
-		p := m.eval.a[len(m.eval.a)-1]
-		for r, y := range labels {
-			if argmax(p[r*classes:(r+1)*classes]) == y {
-				correct++
-			}
-		}
+		correct += m.correct(x, labels)
+	}
+	if len(indices) == 0 {
+		return 0
 	}
 	return float64(correct) / float64(len(indices))
+}
+
+// AccuracyOn is Accuracy over samples already generated (x row-major, as
+// Dataset.Batch fills it), for trainers that evaluate one cached test set
+// many times. It returns 0 for no samples or mismatched shapes.
+func (m *Model) AccuracyOn(x []float64, labels []int) float64 {
+	in := m.sizes[0]
+	if len(labels) == 0 || len(x) != len(labels)*in {
+		return 0
+	}
+	correct := 0
+	for start := 0; start < len(labels); start += evalChunk {
+		end := min(start+evalChunk, len(labels))
+		correct += m.correct(x[start*in:end*in], labels[start:end])
+	}
+	return float64(correct) / float64(len(labels))
+}
+
+// correct returns how many of the samples the model classifies correctly.
+func (m *Model) correct(x []float64, labels []int) int {
+	if _, err := m.forward(&m.eval, x, labels); err != nil {
+		return 0 // shapes or labels that do not fit this model
+	}
+	classes := m.sizes[len(m.sizes)-1]
+	p := m.eval.a[len(m.eval.a)-1]
+	n := 0
+	for r, y := range labels {
+		if argmax(p[r*classes:(r+1)*classes]) == y {
+			n++
+		}
+	}
+	return n
 }
 
 // general views a row-major slice as a rows×cols blas64 matrix.

@@ -1,0 +1,141 @@
+package mlp
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestTaskIsValid is the validity test of the task: the MLP trained with
+// the default recipe must reach DefaultTargetAcc on the test split, and
+// softmax regression, trained to convergence, must stay below 80%. It runs
+// in CI under -race, so it trains on a cached pool of 64k training samples
+// (data generation dominates under the race detector) for 1000 iterations,
+// less than DefaultIters; TestAccuracyLong runs the full budget on the
+// endless stream over several seeds.
+func TestTaskIsValid(t *testing.T) {
+	ds := NewDataset(1)
+	pool := newPool(ds, 0, 1<<16)
+	test := newPool(ds, TestStart, 5000)
+
+	lin := NewLinear(1)
+	linAcc := trainLinear(t, lin, pool, test)
+	if linAcc >= 0.80 {
+		t.Errorf("linear baseline reaches %.4f test accuracy, want < 0.80: the task is too linear", linAcc)
+	}
+
+	const iters = 1000
+	m := NewDefault(1)
+	first := 0
+	start := time.Now()
+	pool.train(t, m, NewDefaultSGD(m), 0, iters, DefaultBatch, 100, func(k int) {
+		if first == 0 && test.accuracy(m) >= DefaultTargetAcc {
+			first = k
+		}
+	})
+	acc := test.accuracy(m)
+	t.Logf("MLP %v: %.4f after %d iterations of batch %d (%v); 95%% first at iteration %d",
+		m.Sizes(), acc, iters, DefaultBatch, time.Since(start).Round(time.Millisecond), first)
+	if acc < DefaultTargetAcc {
+		t.Errorf("MLP reaches %.4f test accuracy after %d iterations, want >= %.2f", acc, iters, DefaultTargetAcc)
+	}
+}
+
+// pool is a block of consecutive samples generated once.
+type pool struct {
+	n int
+	x []float64
+	y []int
+}
+
+func newPool(ds *Dataset, first uint64, n int) *pool {
+	idx := make([]uint64, n)
+	for i := range idx {
+		idx[i] = first + uint64(i)
+	}
+	x, y := ds.Batch(idx, nil, nil)
+	return &pool{n: n, x: x, y: y}
+}
+
+func (p *pool) accuracy(m *Model) float64 { return m.AccuracyOn(p.x, p.y) }
+
+// train is trainLocal over the pool, cycling through it in order; n must
+// be a multiple of batch.
+func (p *pool) train(tb testing.TB, m *Model, opt *SGD, first, iters, batch, every int, report func(iter int)) {
+	tb.Helper()
+	for k := range iters {
+		s := (first + k*batch) % p.n
+		if _, err := m.Forward(p.x[s*InputDim:(s+batch)*InputDim], p.y[s:s+batch]); err != nil {
+			tb.Fatal(err)
+		}
+		m.Backward(nil)
+		if err := opt.Step(m.Params(), m.Grads()); err != nil {
+			tb.Fatal(err)
+		}
+		if every > 0 && (k+1)%every == 0 {
+			report(k + 1)
+		}
+	}
+}
+
+// trainLinear trains softmax regression with a large batch and a decaying
+// learning rate until its accuracy stops moving, fails the test if it has
+// not, and returns the final test accuracy.
+func trainLinear(tb testing.TB, m *Model, train, test *pool) float64 {
+	tb.Helper()
+	opt := NewSGD(m.Params(), DefaultLR, DefaultMomentum)
+	var history []float64
+	// Three stages of 128 steps of batch 512 at η, η/10, η/100 (each stage
+	// one pass over 64k samples) for 330 parameters: the accuracy is flat
+	// after the first stage.
+	for stage := range 3 {
+		train.train(tb, m, opt, stage*128*512, 128, 512, 0, nil)
+		opt.LR /= 10
+		history = append(history, test.accuracy(m))
+	}
+	tb.Logf("linear baseline test accuracy by stage: %.4f", history)
+	if d := history[2] - history[1]; d > 0.005 || d < -0.005 {
+		tb.Errorf("linear baseline has not converged: accuracy moved %.4f in its last stage", d)
+	}
+	return history[2]
+}
+
+// TestAccuracyLong measures the figures quoted in doc.go: for three seeds,
+// the default recipe's test accuracy over DefaultIters iterations, the
+// first iteration (checked every 50) at which it reaches 95%, and the
+// linear baseline. It takes about a minute, so it runs only with
+// MLP_LONG_TESTS=1:
+//
+//	MLP_LONG_TESTS=1 go test -run TestAccuracyLong -v ./internal/mlp/
+func TestAccuracyLong(t *testing.T) {
+	if os.Getenv("MLP_LONG_TESTS") == "" {
+		t.Skip("set MLP_LONG_TESTS=1 to run the full-budget accuracy measurement")
+	}
+	for _, seed := range []uint64{1, 2, 3} {
+		ds := NewDataset(seed)
+		test := TestIndices(DefaultTestSize)
+		linAcc := trainLinear(t, NewLinear(seed), newPool(ds, 1<<30, 1<<18), newPool(ds, TestStart, DefaultTestSize))
+
+		m := NewDefault(seed)
+		first, firstTime := 0, time.Duration(0)
+		var trainTime time.Duration
+		start := time.Now()
+		var acc float64
+		trainLocal(t, m, NewDefaultSGD(m), ds, 0, DefaultIters, DefaultBatch, 50, func(k int) {
+			trainTime += time.Since(start) // evaluation is not training time
+			acc = m.Accuracy(ds, test)
+			if first == 0 && acc >= DefaultTargetAcc {
+				first, firstTime = k, trainTime
+			}
+			if k%250 == 0 {
+				t.Logf("seed %d iteration %d: %.4f", seed, k, acc)
+			}
+			start = time.Now()
+		})
+		t.Logf("seed %d: linear %.4f; MLP %.4f after %d iterations (%v training); 95%% at iteration %d (%v)",
+			seed, linAcc, acc, DefaultIters, trainTime.Round(time.Millisecond), first, firstTime.Round(time.Millisecond))
+		if acc < 0.96 || linAcc > 0.75 || first == 0 {
+			t.Errorf("seed %d: MLP %.4f (want >= 0.96), linear %.4f (want <= 0.75)", seed, acc, linAcc)
+		}
+	}
+}
