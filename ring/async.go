@@ -7,13 +7,15 @@ import (
 	"unsafe"
 
 	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
 )
 
 // DefaultBucketBytes is FuserConfig.BucketBytes's default, DDP's 25 MiB.
 const DefaultBucketBytes = 25 << 20
 
 // FuserConfig configures a Fuser. Every rank of the Comm must use the same
-// BucketBytes and Op, so that all build identical buckets.
+// BucketBytes, Op and Compress, so that all build identical buckets and
+// run identical collectives.
 type FuserConfig struct {
 	// BucketBytes is the size at which the open bucket is closed and sent.
 	// Default 25 MiB.
@@ -21,6 +23,10 @@ type FuserConfig struct {
 	// Op is the reduction. Default wire.OpSum; Min, Max and Avg are also
 	// allowed.
 	Op wire.Op
+	// Compress is the wire compression of every bucket's allreduce:
+	// wire.DTypeBF16 or wire.DTypeFP16 (see Comm.AllReduceCompressed), for
+	// a Fuser[float32] only. The zero value, wire.DTypeBytes, means none.
+	Compress wire.DType
 }
 
 // Validate checks the configuration.
@@ -30,9 +36,11 @@ func (cfg *FuserConfig) Validate() error {
 	}
 	switch cfg.Op {
 	case wire.OpNone, wire.OpSum, wire.OpMin, wire.OpMax, wire.OpAvg:
-		return nil
+	default:
+		return invalid("unknown op %v", cfg.Op)
 	}
-	return invalid("unknown op %v", cfg.Op)
+	_, err := codecOf(cfg.Compress)
+	return err
 }
 
 // Fuser fuses float32 or float64 tensors submitted in order into buckets
@@ -49,9 +57,10 @@ func (cfg *FuserConfig) Validate() error {
 //
 // Execution. One background goroutine runs the closed buckets in order,
 // one collective at a time: it copies the bucket's tensors into a reusable
-// contiguous buffer, allreduces it with Op, copies the result back and
-// completes the bucket's handles. The Comm must not run other collectives
-// meanwhile, since every rank must issue its collectives in the same order.
+// contiguous buffer, allreduces it with Op (compressed on the wire if
+// Compress says so), copies the result back and completes the bucket's
+// handles. The Comm must not run other collectives meanwhile, since every
+// rank must issue its collectives in the same order.
 //
 // Failure. When a bucket's collective fails, its handles and those of every
 // later bucket fail with that error: the Comm then needs rebuilding (see
@@ -134,6 +143,9 @@ func NewFuser[T float32 | float64](c *Comm, cfg FuserConfig) (*Fuser[T], error) 
 		cfg.Op = wire.OpSum
 	}
 	var z T
+	if cfg.Compress != wire.DTypeBytes && wireDType[T]() != wire.DTypeFloat32 {
+		return nil, invalid("%v compression of %v buckets", cfg.Compress, wireDType[T]())
+	}
 	f := &Fuser[T]{c: c, cfg: cfg, es: int(unsafe.Sizeof(z)), wake: make(chan struct{}, 1)}
 	f.life, f.stop = context.WithCancel(context.Background())
 	f.wg.Add(1)
@@ -290,7 +302,7 @@ func (f *Fuser[T]) reduce(b *bucket[T]) error {
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	defer context.AfterFunc(f.life, cancel)()
-	if err := AllReduce(ctx, f.c, f.cfg.Op, buf); err != nil {
+	if err := f.c.AllReduceCompressed(ctx, wireDType[T](), f.cfg.Op, kernels.Bytes(buf), f.cfg.Compress); err != nil {
 		return err
 	}
 	off = 0

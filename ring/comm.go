@@ -140,8 +140,25 @@ func (c Config) withDefaults() Config {
 // broadcast, for instance) may return nil while others fail, and learns of
 // it at its next collective.
 //
+// Compression. AllReduceCompressed and ReduceScatterCompressed put float32
+// data on the wire as bf16 (8 significant bits, float32's range) or fp16
+// (11 significant bits, magnitudes up to 65504; beyond that ±Inf). Each
+// message carries values rounded to nearest even; the receiver reduces
+// them into its float32 buffer, accumulating in float32. The rank that
+// completes an element's reduction (after Avg's division) rounds it to the
+// wire format before forwarding it, and in recursive doubling each rank
+// rounds its buffer before exchanging it, so every rank still ends
+// bit-identical and the result is always representable in the wire
+// format. A partial result is rounded once per hop, at most N-1 times in
+// the ring and ⌊log2 N⌋+1 times in recursive doubling, plus the final
+// rounding: with u = 2^-8 (bf16) or 2^-11 (fp16), an element of a Sum is
+// within about (N+1)·u·Σ|xᵢ| of the exact sum, and Min and Max are the
+// exact result rounded once. Deadlines and the bandwidth estimate count
+// wire bytes. The plan, chunking included, is that of the uncompressed
+// float32 collective, chosen by the caller's byte size.
+//
 // A call whose arguments are invalid on their own (ErrInvalid: an unknown
-// dtype, a misaligned buffer) is rejected before it takes a sequence number
+// dtype, a misaligned buffer, compression of data other than float32) is rejected before it takes a sequence number
 // or sends anything, so the other ranks fail that collective by deadline
 // and the Comm should be rebuilt. A call whose context has already ended
 // does take its sequence number and aborts the peers at once.
@@ -154,15 +171,17 @@ type Comm struct {
 	members []transport.PeerID
 	log     zerolog.Logger
 
-	mu      sync.Mutex // held for a whole collective
-	seq     uint64
-	bw      float64 // bytes per second, for deadlines
-	plans   planCache
-	scratch []byte
-	dirty   []bool // per rank: leftovers of a failed collective may be queued
-	op      op
-	ctx     *opCtx
-	shut    bool
+	mu          sync.Mutex // held for a whole collective
+	seq         uint64
+	bw          float64 // bytes per second, for deadlines
+	plans       planCache
+	scratch     []byte
+	sendScratch []uint16 // compressed sends
+	recvScratch []uint16 // compressed receives
+	dirty       []bool   // per rank: leftovers of a failed collective may be queued
+	op          op
+	ctx         *opCtx
+	shut        bool
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
@@ -313,8 +332,19 @@ func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 // Buffers below SmallBytes run recursive doubling, others the pipelined
 // ring. It blocks until the collective completes or fails (see Comm).
 func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
+	return c.AllReduceCompressed(ctx, dtype, wop, data, wire.DTypeBytes)
+}
+
+// AllReduceCompressed is AllReduce with the data compressed on the wire to
+// wireType, wire.DTypeBF16 or wire.DTypeFP16, which halves the bytes sent;
+// dtype must be float32. The zero wireType, wire.DTypeBytes, means no
+// compression, as AllReduce. Any other combination is ErrInvalid. See Comm
+// for the precision of the result.
+func (c *Comm) AllReduceCompressed(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
+	// The algorithm follows the caller's bytes, not the wire's, so a
+	// compressed collective runs the plan of the uncompressed one.
 	algo := Choose(len(c.members), len(data), c.cfg.SmallBytes)
-	return c.collective(ctx, planKey{algo: algo}, dtype, wop, data)
+	return c.collective(ctx, planKey{algo: algo}, dtype, wop, data, wireType)
 }
 
 // ReduceScatter reduces every member's data by op, in place, leaving rank
@@ -322,7 +352,13 @@ func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, dat
 // buffer; the rest of the buffer holds partial results. Types and
 // operators are those of AllReduce.
 func (c *Comm) ReduceScatter(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte) error {
-	return c.collective(ctx, planKey{algo: AlgoRingReduceScatter}, dtype, wop, data)
+	return c.ReduceScatterCompressed(ctx, dtype, wop, data, wire.DTypeBytes)
+}
+
+// ReduceScatterCompressed is ReduceScatter with wire compression, as
+// AllReduceCompressed.
+func (c *Comm) ReduceScatterCompressed(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
+	return c.collective(ctx, planKey{algo: AlgoRingReduceScatter}, dtype, wop, data, wireType)
 }
 
 // AllGather gathers in place: rank r contributes the elements at
@@ -330,7 +366,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, dtype wire.DType, wop wire.Op,
 // with every rank's contribution at its place. For contributions of k
 // elements each, data holds Size()·k elements. dtype may be any wire dtype.
 func (c *Comm) AllGather(ctx context.Context, dtype wire.DType, data []byte) error {
-	return c.collective(ctx, planKey{algo: AlgoRingAllGather}, dtype, wire.OpNone, data)
+	return c.collective(ctx, planKey{algo: AlgoRingAllGather}, dtype, wire.OpNone, data, wire.DTypeBytes)
 }
 
 // Broadcast copies root's data to every other rank, along a pipelined
@@ -342,30 +378,40 @@ func (c *Comm) AllGather(ctx context.Context, dtype wire.DType, data []byte) err
 // wherever a message crosses between them. Disagreements that make no
 // message cross (every rank believing itself the root) go undetected.
 func (c *Comm) Broadcast(ctx context.Context, root int, dtype wire.DType, data []byte) error {
-	return c.collective(ctx, planKey{algo: AlgoRingBroadcast, root: root}, dtype, wire.OpNone, data)
+	return c.collective(ctx, planKey{algo: AlgoRingBroadcast, root: root}, dtype, wire.OpNone, data, wire.DTypeBytes)
 }
 
 // Barrier returns once every member has entered it: a dissemination
 // barrier of ⌈log2 n⌉ rounds of empty messages.
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.collective(ctx, planKey{algo: AlgoBarrier}, wire.DTypeBytes, wire.OpNone, nil)
+	return c.collective(ctx, planKey{algo: AlgoBarrier}, wire.DTypeBytes, wire.OpNone, nil, wire.DTypeBytes)
 }
 
-// collective is the body every collective shares: it checks data and the
-// operator, takes the Comm, completes key (world size, rank, length and,
-// for the pipelined algorithms, the chunk) and runs its plan.
-func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wop wire.Op, data []byte) error {
+// collective is the body every collective shares: it checks data, the
+// operator and the compression (wireType, DTypeBytes for none), takes the
+// Comm, completes key (world size, rank, length and, for the pipelined
+// algorithms, the chunk) and runs its plan.
+func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
 	es, length, kdt, err := checkData(dtype, data)
 	if err != nil {
 		return err
 	}
 	var kop kernels.Op
 	var scale float64
+	reducing := false
 	switch key.algo {
 	case AlgoRing, AlgoRecursiveDoubling, AlgoRingReduceScatter:
+		reducing = true
 		if kop, scale, err = reduction(dtype, kdt, wop, len(c.members)); err != nil {
 			return err
 		}
+	}
+	cd, err := codecOf(wireType)
+	if err != nil {
+		return err
+	}
+	if cd != nil && (!reducing || dtype != wire.DTypeFloat32) {
+		return invalid("%v compression of a %v %v", wireType, dtype, key.algo)
 	}
 	if err := c.lock(); err != nil {
 		return err
@@ -380,15 +426,8 @@ func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wo
 	if err != nil {
 		return err
 	}
-	c.op.kdt, c.op.kop, c.op.scale = kdt, kop, scale
-	return c.run(ctx, e, header(dtype, wop, e, es), data, es)
-}
-
-// header returns the collective fields every message of a run carries,
-// but for Epoch and Seq, which run fills.
-func header(dtype wire.DType, wop wire.Op, e *planEntry, es int) wire.Header {
-	return wire.Header{DType: dtype, Op: wop, Total: uint64(e.plan.Length),
-		ChunkSize: uint32(e.plan.ChunkElems * es)}
+	c.op.kdt, c.op.kop, c.op.scale, c.op.codec = kdt, kop, scale, cd
+	return c.run(ctx, e, dtype, wop, data, es, wireType)
 }
 
 // AllReduce is Comm.AllReduce on a typed buffer, viewed as bytes without a
@@ -400,6 +439,17 @@ func AllReduce[T kernels.Number](ctx context.Context, c *Comm, op wire.Op, data 
 // ReduceScatter is Comm.ReduceScatter on a typed buffer.
 func ReduceScatter[T kernels.Number](ctx context.Context, c *Comm, op wire.Op, data []T) error {
 	return c.ReduceScatter(ctx, wireDType[T](), op, kernels.Bytes(data))
+}
+
+// AllReduceCompressed is Comm.AllReduceCompressed on a float32 buffer.
+func AllReduceCompressed(ctx context.Context, c *Comm, op wire.Op, data []float32, wireType wire.DType) error {
+	return c.AllReduceCompressed(ctx, wire.DTypeFloat32, op, kernels.Bytes(data), wireType)
+}
+
+// ReduceScatterCompressed is Comm.ReduceScatterCompressed on a float32
+// buffer.
+func ReduceScatterCompressed(ctx context.Context, c *Comm, op wire.Op, data []float32, wireType wire.DType) error {
+	return c.ReduceScatterCompressed(ctx, wire.DTypeFloat32, op, kernels.Bytes(data), wireType)
 }
 
 // AllGather is Comm.AllGather on a typed buffer.
@@ -440,6 +490,9 @@ type planEntry struct {
 	// maxRecv is the longest receive in elements: the scratch a receive
 	// needs when it cannot go straight into the buffer.
 	maxRecv int
+	// maxSend is the longest send in elements: the scratch a compressed
+	// send encodes into.
+	maxSend int
 }
 
 // planCache keeps the last few plans. A training loop reuses a handful of
@@ -483,6 +536,9 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 	e := &planEntry{plan: p}
 	for _, x := range p.Recvs {
 		e.maxRecv = max(e.maxRecv, x.Len)
+	}
+	for _, x := range p.Sends {
+		e.maxSend = max(e.maxSend, x.Len)
 	}
 	pc.keys[pc.next], pc.entries[pc.next] = k, e
 	pc.next = (pc.next + 1) % planCacheSize

@@ -187,48 +187,75 @@ func (d *driver) run() error {
 	return first
 }
 
+// TestAllReduceZeroAllocs checks that a large allreduce in steady state
+// allocates nothing, uncompressed and compressed.
 func TestAllReduceZeroAllocs(t *testing.T) {
 	for _, algo := range algos {
-		t.Run(algo.name, func(t *testing.T) {
-			const n = 4
-			size := 4 << 20
-			if algo.small > 0 {
-				size = 4 << 10 // recursive doubling is for small buffers
+		for _, wt := range []wire.DType{wire.DTypeBytes, wire.DTypeBF16, wire.DTypeFP16} {
+			name := algo.name
+			if wt != wire.DTypeBytes {
+				name += "/" + wt.String()
 			}
-			cl := newCluster(t, n, func(c *Config) { c.SmallBytes = algo.small })
-			bufs := make([][]float32, n)
-			for r := range bufs {
-				bufs[r] = make([]float32, size/4)
-			}
-			ctx := context.Background()
-			d := newDriver(t, cl.comms, func(r int, c *Comm) error {
-				return AllReduce(ctx, c, wire.OpSum, bufs[r])
-			})
-			for range 3 { // warm the plan cache, scratch, pools and queues
-				if err := d.run(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var err error
-			allocs := testing.AllocsPerRun(10, func() {
-				if e := d.run(); e != nil {
-					err = e
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if allocs != 0 {
-				t.Errorf("%d-byte allreduce over %d ranks: %v allocations per op, want 0", size, n, allocs)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testZeroAllocs(t, algo.small, wt) })
+		}
+	}
+}
+
+// testZeroAllocs measures a float32 Sum allreduce over 4 ranks, sent as wt
+// (wire.DTypeBytes: uncompressed).
+func testZeroAllocs(t *testing.T, small int, wt wire.DType) {
+	const n = 4
+	size, chunk := 4<<20, 0
+	if wt != wire.DTypeBytes {
+		// Encoding is slow under the race detector: a smaller buffer, still
+		// in several chunks per segment.
+		size, chunk = 1<<20, 64<<10
+	}
+	if small > 0 {
+		size = 4 << 10 // recursive doubling is for small buffers
+	}
+	cl := newCluster(t, n, func(c *Config) { c.SmallBytes, c.ChunkBytes = small, chunk })
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+	}
+	ctx := context.Background()
+	d := newDriver(t, cl.comms, func(r int, c *Comm) error {
+		return AllReduceCompressed(ctx, c, wire.OpSum, bufs[r], wt)
+	})
+	for range 3 { // warm the plan cache, scratch, pools and queues
+		if err := d.run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	allocs := testing.AllocsPerRun(10, func() {
+		if e := d.run(); e != nil {
+			err = e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 0 {
+		t.Errorf("%d-byte allreduce over %d ranks: %v allocations per op, want 0", size, n, allocs)
 	}
 }
 
 // BenchmarkAllReduce measures a float32 Sum allreduce over mem, all ranks
 // in this process. SetBytes is the buffer size, so MB/s is algbw; busbw is
 // algbw·2(n-1)/n, as nccl-tests reports it.
-func BenchmarkAllReduce(b *testing.B) {
+func BenchmarkAllReduce(b *testing.B) { benchAllReduce(b, wire.DTypeBytes) }
+
+// BenchmarkAllReduceCompressed is BenchmarkAllReduce with bf16 and fp16 on
+// the wire. SetBytes is still the float32 buffer size.
+func BenchmarkAllReduceCompressed(b *testing.B) {
+	for _, wt := range wireTypes {
+		b.Run(wt.String(), func(b *testing.B) { benchAllReduce(b, wt) })
+	}
+}
+
+func benchAllReduce(b *testing.B, wt wire.DType) {
 	for _, n := range []int{2, 4, 8} {
 		for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
 			b.Run(fmt.Sprintf("n=%d/%s", n, transporttest.SizeName(size)), func(b *testing.B) {
@@ -239,7 +266,7 @@ func BenchmarkAllReduce(b *testing.B) {
 				}
 				ctx := context.Background()
 				d := newDriver(b, cl.comms, func(r int, c *Comm) error {
-					return AllReduce(ctx, c, wire.OpSum, bufs[r])
+					return AllReduceCompressed(ctx, c, wire.OpSum, bufs[r], wt)
 				})
 				if err := d.run(); err != nil {
 					b.Fatal(err)

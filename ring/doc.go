@@ -29,6 +29,14 @@
 // them to their deadlines. Comm's documentation lists the failures and what
 // a caller does after one.
 //
+// Compression. AllReduceCompressed and ReduceScatterCompressed send
+// float32 data as bf16 or fp16, halving the bytes on the wire; reductions
+// still accumulate in float32. They run the uncompressed plan, and the
+// headers carry the wire dtype, so ranks that disagree about compression
+// fail with ErrMismatch. A partial result is rounded to the wire format at
+// every hop, and a complete one once more on the rank that completes it,
+// so that every rank ends bit-identical (see Comm for the precision).
+//
 // Allreduce has two algorithms: the pipelined ring (bandwidth-optimal, for
 // large buffers) and recursive doubling (latency-optimal, for small ones).
 // Choose picks between them by size, using the α/β cost model of DESIGN.md

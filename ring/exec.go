@@ -115,6 +115,10 @@ type op struct {
 	kop     kernels.Op
 	scale   float64 // Avg: multiply by this at each Final receive; 0 otherwise
 	timeout time.Duration
+	// codec is the wire compression, nil for none; then every message
+	// passes through the scratches below (see compress.go).
+	codec                    *codec
+	sendScratch, recvScratch []uint16
 
 	// sent and recvd count completed sends and receives: the one counter
 	// per walker that After waits compare against.
@@ -181,6 +185,12 @@ func (o *op) walkSends() error {
 		h := o.hdr
 		h.Step, h.Chunk = uint32(x.Step), uint32(x.Chunk)
 		payload := o.data[x.Off*o.es : x.End()*o.es]
+		if o.codec != nil {
+			var err error
+			if payload, err = o.encodeSend(x); err != nil {
+				return err
+			}
+		}
 		if err := c.t.Send(c.ctx, c.members[x.Peer], transport.ChanData, h, payload); err != nil {
 			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
 				return ce
@@ -200,6 +210,15 @@ func (o *op) walkRecvs() error {
 	p := o.plan
 	for j := range p.Recvs {
 		x := &p.Recvs[j]
+		if o.codec != nil {
+			o.waiting = x.Peer
+			if err := o.recvCompressed(x); err != nil {
+				return err
+			}
+			o.recvd.Add(1)
+			wake(o.recvWake)
+			continue
+		}
 		span := o.data[x.Off*o.es : x.End()*o.es]
 		// Overwriting receives go straight into the buffer, unless leftovers
 		// of an aborted collective may still be queued from the peer: a
@@ -385,25 +404,44 @@ const stopGrace = 250 * time.Millisecond
 // abortSendTimeout bounds the sending of abort markers.
 const abortSendTimeout = time.Second
 
-// run executes plan on data. c.mu is held.
-func (c *Comm) run(ctx context.Context, e *planEntry, hdr wire.Header, data []byte, es int) error {
-	if uint64(e.plan.ChunkElems)*uint64(es) > math.MaxUint32 {
-		return invalid("%d-byte messages exceed the header's chunk size", e.plan.ChunkElems*es)
+// run executes plan on data, of dtype elements of es bytes, sent as
+// wireType (DTypeBytes: as dtype). c.mu is held and c.op's reduction and
+// codec are set.
+func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire.Op, data []byte, es int, wireType wire.DType) error {
+	o := &c.op
+	wes := es // bytes per element on the wire
+	if o.codec != nil {
+		dtype, wes = wireType, wireType.Size()
+	}
+	if uint64(e.plan.ChunkElems)*uint64(wes) > math.MaxUint32 {
+		return invalid("%d-byte messages exceed the header's chunk size", e.plan.ChunkElems*wes)
 	}
 	c.seq++
-	hdr.Kind, hdr.Epoch, hdr.Seq = wire.KindData, c.cfg.Epoch, c.seq
-	hdr.Algo = uint8(e.plan.Algo)
-	o := &c.op
+	hdr := wire.Header{Kind: wire.KindData, Epoch: c.cfg.Epoch, Seq: c.seq, Algo: uint8(e.plan.Algo),
+		DType: dtype, Op: wop, Total: uint64(e.plan.Length), ChunkSize: uint32(e.plan.ChunkElems * wes)}
 	o.plan, o.data, o.es, o.hdr = &e.plan, data, es, hdr
-	if need := e.maxRecv * es; len(c.scratch) < need {
-		c.scratch = make([]byte, need)
+	if o.codec != nil {
+		if len(c.sendScratch) < e.maxSend {
+			c.sendScratch = make([]uint16, e.maxSend)
+		}
+		if len(c.recvScratch) < e.maxRecv {
+			c.recvScratch = make([]uint16, e.maxRecv)
+		}
+		o.sendScratch, o.recvScratch = c.sendScratch, c.recvScratch
+	} else {
+		if need := e.maxRecv * es; len(c.scratch) < need {
+			c.scratch = make([]byte, need)
+		}
+		o.scratch = c.scratch
 	}
-	o.scratch = c.scratch
 	o.sent.Store(0)
 	o.recvd.Store(0)
 	o.stop.Store(false)
 	o.sendErr, o.waiting = nil, -1
-	o.timeout = c.timeout(len(data))
+	// Deadlines and the bandwidth estimate count wire bytes: that is what
+	// the links carry.
+	wireBytes := len(data) / es * wes
+	o.timeout = c.timeout(wireBytes)
 	if err := ctx.Err(); err != nil {
 		// The collective still takes its sequence number, and the peers
 		// learn at once that this rank will not take part, so every rank
@@ -450,7 +488,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, hdr wire.Header, data []by
 		}
 	}
 	if err == nil {
-		c.observe(len(data), time.Since(start))
+		c.observe(wireBytes, time.Since(start))
 		return nil
 	}
 	err = c.translate(err, o)
