@@ -54,20 +54,20 @@ type listValue interface {
 }
 
 func (c *Config) bind(fs flagAdder) {
-	fs.StringVar(&c.Name, "name", c.Name, "worker name (default: the advertised data address)")
-	fs.StringVar(&c.Transport, "transport", c.Transport, "data-plane transport: quic or tcp (default quic)")
+	fs.StringVar(&c.Name, "name", c.Name, "worker name (empty: the advertised data address)")
+	fs.StringVar(&c.Transport, "transport", c.Transport, "data-plane transport: quic or tcp (empty: quic)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "tcp only: plain TCP, no encryption or authentication")
-	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link (default 1)")
+	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link (0: 1)")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "cluster secret file, from `gyre keygen`")
-	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (default "+DefaultListen+")")
-	fs.StringVar(&c.DataAddr, "data-addr", c.DataAddr, "data-plane listen address (default: the gossip port + 1)")
-	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "data-plane address peers use to reach this worker (default: --data-addr)")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (empty: "+DefaultListen+")")
+	fs.StringVar(&c.DataAddr, "data-addr", c.DataAddr, "data-plane listen address (empty: the gossip port + 1)")
+	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "data-plane address peers use to reach this worker (empty: --data-addr)")
 	fs.listVar(&stringList{p: &c.Seeds}, "seed", "gossip seed address host:port, comma-separated or repeated")
 	fs.listVar(&stringList{p: &c.Peers}, "peers", "static view: every worker's data address in rank order, comma-separated")
 	fs.IntVar(&c.Rank, "rank", c.Rank, "this worker's index in --peers")
-	fs.IntVar(&c.MinWorkers, "min-workers", c.MinWorkers, "workers needed before training starts (default: all)")
-	fs.IntVar(&c.GlobalBatch, "batch", c.GlobalBatch, fmt.Sprintf("global batch: samples per iteration over all workers (default %d)", DefaultGlobalBatch))
-	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (default: equal)")
+	fs.IntVar(&c.MinWorkers, "min-workers", c.MinWorkers, "workers needed before training starts (0: all)")
+	fs.IntVar(&c.GlobalBatch, "batch", c.GlobalBatch, fmt.Sprintf("global batch: samples per iteration over all workers (0: %d)", DefaultGlobalBatch))
+	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 }
 

@@ -52,7 +52,7 @@ func newRootCmd(e env) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "auto", "log format: auto (console on a terminal, else JSON), json or console")
-	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c))
+	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c))
 	return root
 }
 

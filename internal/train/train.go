@@ -100,7 +100,7 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	if o.TestSize <= 0 {
 		o.TestSize = mlp.DefaultTestSize
 	}
-	test := mlp.TestIndices(o.TestSize)
+	testX, testLabels := j.Data.Batch(mlp.TestIndices(o.TestSize), nil, nil) // generated once
 	layers := j.Model.Layers()
 	names := make([]string, layers)
 	for l := range names {
@@ -173,7 +173,7 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 			continue
 		}
 		end = w.StartSpan(gyre.SpanEval)
-		res.Acc = j.Model.Accuracy(j.Data, test)
+		res.Acc = j.Model.AccuracyOn(testX, testLabels)
 		end()
 		res.Elapsed = time.Since(start)
 		res.SamplesPerSec = float64(w.Iter()-startIt) * float64(b.Global) / res.Elapsed.Seconds()

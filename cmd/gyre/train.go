@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/mlp"
+	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/train"
+)
+
+type trainFlags struct {
+	iters     int64
+	targetAcc float64
+	evalEvery int64
+	overlap   bool
+	modelSeed uint64
+	dataSeed  uint64
+	timeout   time.Duration
+}
+
+func newTrainCmd(c *cli) *cobra.Command {
+	var (
+		fl  trainFlags
+		cfg gyre.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train the built-in MLP as one worker of a data-parallel job",
+		Long: "train is one worker of the built-in job: an MLP classifier on synthetic\n" +
+			"data, trained with momentum SGD, its gradients allreduced while backward\n" +
+			"runs. It stops after --iters iterations or on reaching --target-acc test\n" +
+			"accuracy. Rank 0 prints loss, accuracy, samples/s and the batch shares.\n\n" +
+			"Under `gyre launch` it reads its settings from the GYRE_* variables;\n" +
+			"flags override them. Alone, it trains as a single worker. On separate\n" +
+			"hosts, give each the same --peers list (data addresses in rank order),\n" +
+			"its --rank and the cluster --key-file.",
+		Example: "  gyre launch -n 4 -- train\n" +
+			"  gyre train --iters 500\n" +
+			"  gyre train --peers 10.0.0.1:7947,10.0.0.2:7947 --rank 1 --key-file cluster.key",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			wc, err := c.workerConfig(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			return c.train(cmd.Context(), cmd.OutOrStdout(), wc, fl)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&fl.iters, "iters", mlp.DefaultIters, "stop after this many iterations")
+	f.Float64Var(&fl.targetAcc, "target-acc", mlp.DefaultTargetAcc, "stop on reaching this test accuracy (0: never)")
+	f.Int64Var(&fl.evalEvery, "eval-every", 50, "measure test accuracy and report every this many iterations")
+	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
+	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
+	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
+	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
+	cfg.GlobalBatch = mlp.DefaultBatch
+	cfg.BindPFlags(f)
+	return cmd
+}
+
+// workerConfig reads the GYRE_* variables, then applies the worker flags
+// the user set on fs, so flags override the environment.
+func (c *cli) workerConfig(fs *pflag.FlagSet) (gyre.Config, error) {
+	cfg, err := gyre.ConfigFromEnv(c.env.lookup)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.GlobalBatch == 0 {
+		cfg.GlobalBatch = mlp.DefaultBatch
+	}
+	// Replay the flags given on the command line onto a set bound to the
+	// environment's config.
+	bound := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	cfg.BindPFlags(bound)
+	var errs []error
+	fs.Visit(func(f *pflag.Flag) {
+		if bound.Lookup(f.Name) != nil {
+			if err := bound.Set(f.Name, f.Value.String()); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return cfg, errs[0]
+	}
+	if len(cfg.Peers) == 0 {
+		// A lone worker: any free port, and a secret of its own.
+		if cfg.DataAddr == "" {
+			cfg.DataAddr = "127.0.0.1:0"
+		}
+		if cfg.Key == "" && cfg.KeyFile == "" && !cfg.Insecure {
+			s, err := secret.Generate()
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Key = s.Hex()
+		}
+	}
+	cfg.Logger = c.log
+	return cfg, nil
+}
+
+func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trainFlags) error {
+	if fl.iters <= 0 || fl.evalEvery <= 0 {
+		return fmt.Errorf("--iters and --eval-every must be positive")
+	}
+	if fl.targetAcc < 0 || fl.targetAcc > 1 {
+		return fmt.Errorf("--target-acc %v: want a fraction in [0, 1]", fl.targetAcc)
+	}
+	ctx, cancel := context.WithTimeout(ctx, fl.timeout)
+	defer cancel()
+	job := train.NewJob(fl.modelSeed, fl.dataSeed)
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(job.State()))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	lead := w.Rank() == 0
+	if lead {
+		fmt.Fprintf(out, "# gyre train: %d workers, model %v (%d parameters), global batch %d, overlap %v\n",
+			w.Size(), job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, fl.overlap)
+		fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
+	}
+	res, err := train.Run(ctx, w, job, train.Options{
+		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap,
+		Progress: func(p train.Progress) {
+			if lead {
+				fmt.Fprintf(out, "%8d %10.4f %8.2f%% %12.0f  %s\n", p.Iter, p.Loss, 100*p.Acc, p.SamplesPerSec, shareList(p.Shares))
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if lead {
+		verdict := "stopped at the iteration limit"
+		if fl.targetAcc > 0 && res.Acc >= fl.targetAcc {
+			verdict = fmt.Sprintf("reached the target %.2f%%", 100*fl.targetAcc)
+		}
+		fmt.Fprintf(out, "# %s: %.2f%% test accuracy after %d iterations in %v (%.0f samples/s)\n",
+			verdict, 100*res.Acc, res.Iters, res.Elapsed.Round(time.Millisecond), res.SamplesPerSec)
+	}
+	return w.Leave(ctx)
+}
+
+func shareList(shares []int) string {
+	s := make([]string, len(shares))
+	for i, v := range shares {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ",")
+}

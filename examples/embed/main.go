@@ -1,0 +1,82 @@
+// Command embed is the smallest complete trainer that embeds Gyre: linear
+// regression on generated data, trained data-parallel by every worker that
+// `gyre launch` starts.
+//
+//	go build -o embed ./examples/embed
+//	go run ./cmd/gyre launch -n 4 -- ./embed
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+
+	"github.com/gyre-ml/gyre"
+)
+
+const dim = 16
+
+// sample returns sample i: features x and target y = Σ (j+1)·x[j] + noise.
+func sample(i int64, x []float64) (y float64) {
+	rng := rand.New(rand.NewPCG(uint64(i), 0))
+	for j := range x {
+		x[j] = rng.NormFloat64()
+		y += float64(j+1) * x[j]
+	}
+	return y + 0.1*rng.NormFloat64()
+}
+
+func main() {
+	cfg, err := gyre.ConfigFromEnv(os.LookupEnv) // set by gyre launch
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.BindFlags(flag.CommandLine) // --batch, --peers, --key-file, ...
+	iters := flag.Int64("iters", 200, "iterations")
+	flag.Parse()
+
+	ctx := context.Background()
+	weights, grad, x := make([]float64, dim), make([]float64, dim+1), make([]float64, dim)
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(gyre.NewState().Float64("weights", weights)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+
+	for w.Iter() < *iters {
+		b := w.Batch() // this worker's share of the global batch
+		clear(grad)
+		for _, i := range b.Indices {
+			residual := -sample(i, x)
+			for j := range x {
+				residual += weights[j] * x[j]
+			}
+			for j := range x {
+				grad[j] += residual * x[j] / float64(len(b.Indices)) // local mean gradient
+			}
+			grad[dim] += residual * residual / 2 / float64(len(b.Indices)) // and loss, averaged alike
+		}
+		w.AllReduceAsync64(ctx, "grad", grad) // becomes the global mean
+		if err := w.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+		for j := range weights {
+			weights[j] -= 0.05 * grad[j]
+		}
+		if _, err := w.Boundary(ctx); err != nil {
+			log.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			log.Fatal(err)
+		}
+		if w.Rank() == 0 && w.Iter()%50 == 0 {
+			fmt.Printf("iter %d loss %.5f\n", w.Iter(), grad[dim])
+		}
+	}
+	if err := w.Leave(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
