@@ -64,21 +64,16 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 	defer w.Close()
 
 	var (
-		x       []float64
-		labels  []int
-		indices []uint64
-		waited  time.Duration
-		loss    = []float64{0}
-		start   = time.Now()
-		acc     float64
+		x      []float64
+		labels []int
+		waited time.Duration
+		loss   = []float64{0}
+		start  = time.Now()
+		acc    float64
 	)
 	for w.Iter() < iters {
 		b := w.Batch()
-		indices = indices[:0]
-		for _, i := range b.Indices {
-			indices = append(indices, uint64(i))
-		}
-		x, labels = data.Batch(indices, x, labels)
+		x, labels = data.Batch(b.Indices, x, labels)
 
 		end := w.StartSpan(gyre.SpanForward)
 		if loss[0], err = model.Forward(x, labels); err != nil {

@@ -48,10 +48,10 @@ type pool struct {
 	y []int
 }
 
-func newPool(ds *Dataset, first uint64, n int) *pool {
-	idx := make([]uint64, n)
+func newPool(ds *Dataset, first int64, n int) *pool {
+	idx := make([]int64, n)
 	for i := range idx {
-		idx[i] = first + uint64(i)
+		idx[i] = first + int64(i)
 	}
 	x, y := ds.Batch(idx, nil, nil)
 	return &pool{n: n, x: x, y: y}

@@ -36,7 +36,7 @@ func BenchmarkStep(b *testing.B) {
 func BenchmarkSample(b *testing.B) {
 	ds := NewDataset(1)
 	x := make([]float64, InputDim)
-	var i uint64
+	var i int64
 	for b.Loop() {
 		ds.Sample(i, x)
 		i++

@@ -14,7 +14,7 @@ const (
 	// the training split, indices from it upward the test split, so a
 	// sampler that draws training indices from [0, TestStart) can never
 	// hand out a test sample. 1<<40 is far more than any run draws.
-	TestStart uint64 = 1 << 40
+	TestStart int64 = 1 << 40
 )
 
 // teacherConfig describes the labelling network and the sample margin.
@@ -141,11 +141,11 @@ func (d *Dataset) Seed() uint64 { return d.seed }
 // Sample writes sample i's input into x, which must hold at least InputDim
 // values, and returns its label. The result depends on nothing but the
 // Dataset's seed and i.
-func (d *Dataset) Sample(i uint64, x []float64) (label int) {
+func (d *Dataset) Sample(i int64, x []float64) (label int) {
 	x = x[:InputDim]
 	// PCG streams seeded with neighbouring values are visibly correlated,
 	// so both seed words go through a mixer first.
-	r := rand.New(rand.NewPCG(mix(d.seed), mix(i^0x5bd1e995)))
+	r := rand.New(rand.NewPCG(mix(d.seed), mix(uint64(i)^0x5bd1e995)))
 	for {
 		for j := range x {
 			x[j] = r.NormFloat64()
@@ -202,7 +202,7 @@ func (d *Dataset) logits(x, z []float64) {
 // Batch fills x (row-major, len(indices)×InputDim) and labels for the given
 // sample indices, reusing the capacity of the slices passed in, and returns
 // them. Row k is sample indices[k].
-func (d *Dataset) Batch(indices []uint64, x []float64, labels []int) ([]float64, []int) {
+func (d *Dataset) Batch(indices []int64, x []float64, labels []int) ([]float64, []int) {
 	n := len(indices)
 	x = grow(x, n*InputDim)
 	labels = growInts(labels, n)
@@ -213,10 +213,10 @@ func (d *Dataset) Batch(indices []uint64, x []float64, labels []int) ([]float64,
 }
 
 // TestIndices returns the first n indices of the test split.
-func TestIndices(n int) []uint64 {
-	idx := make([]uint64, n)
+func TestIndices(n int) []int64 {
+	idx := make([]int64, n)
 	for k := range idx {
-		idx[k] = TestStart + uint64(k)
+		idx[k] = TestStart + int64(k)
 	}
 	return idx
 }

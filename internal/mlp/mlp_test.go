@@ -12,14 +12,14 @@ import (
 // batch k is indices first + [k·batch, (k+1)·batch), fresh samples every step, the
 // way a data-parallel run with the same global batch sees them. If every is
 // positive it calls report(k+1) after every `every` steps.
-func trainLocal(tb testing.TB, m *Model, opt *SGD, ds *Dataset, first uint64, iters, batch, every int, report func(iter int)) {
+func trainLocal(tb testing.TB, m *Model, opt *SGD, ds *Dataset, first int64, iters, batch, every int, report func(iter int)) {
 	tb.Helper()
-	idx := make([]uint64, batch)
+	idx := make([]int64, batch)
 	var x []float64
 	var y []int
 	for k := range iters {
 		for i := range idx {
-			idx[i] = first + uint64(k*batch+i)
+			idx[i] = first + int64(k*batch+i)
 		}
 		x, y = ds.Batch(idx, x, y)
 		if _, err := m.Forward(x, y); err != nil {
@@ -197,9 +197,9 @@ func TestZeroSizeBatch(t *testing.T) {
 // the parts' mean gradients, Σ (bᵢ/B)·gᵢ.
 func TestSplitBatchMeanGradient(t *testing.T) {
 	ds := NewDataset(3)
-	idx := make([]uint64, 37)
+	idx := make([]int64, 37)
 	for i := range idx {
-		idx[i] = uint64(1000 + 7*i)
+		idx[i] = int64(1000 + 7*i)
 	}
 	x, y := ds.Batch(idx, nil, nil)
 	m, _ := New([]int{InputDim, 16, 12, NumClasses}, 9)
@@ -253,7 +253,7 @@ func TestTrainingIsDeterministic(t *testing.T) {
 
 func TestSampleIsPureFunctionOfSeedAndIndex(t *testing.T) {
 	a, b := NewDataset(7), NewDataset(7)
-	idx := []uint64{0, 1, 2, 99, TestStart, TestStart + 1, math.MaxUint64}
+	idx := []int64{0, 1, 2, 99, TestStart, TestStart + 1, math.MaxInt64}
 	xa := make([]float64, InputDim)
 	xb := make([]float64, InputDim)
 	// b visits the indices in reverse, after unrelated work, so any hidden
@@ -288,11 +288,11 @@ func TestLabelDistribution(t *testing.T) {
 	ds := NewDataset(1)
 	for _, split := range []struct {
 		name  string
-		start uint64
+		start int64
 	}{{"train", 0}, {"test", TestStart}} {
-		idx := make([]uint64, 5000)
+		idx := make([]int64, 5000)
 		for i := range idx {
-			idx[i] = split.start + uint64(i)
+			idx[i] = split.start + int64(i)
 		}
 		_, y := ds.Batch(idx, nil, nil)
 		var counts [NumClasses]int

@@ -299,7 +299,7 @@ const evalChunk = 1024
 // Accuracy returns the fraction of the samples with the given indices that
 // the model classifies correctly (0 for no indices). It uses its own
 // scratch space, so it may run between Forward and Backward.
-func (m *Model) Accuracy(ds *Dataset, indices []uint64) float64 {
+func (m *Model) Accuracy(ds *Dataset, indices []int64) float64 {
 	var x []float64
 	var labels []int
 	correct := 0

@@ -109,7 +109,6 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	var (
 		x       []float64
 		labels  []int
-		indices []uint64
 		loss    = make([]float64, 1)
 		ready   = make([]int, 0, layers)
 		start   = time.Now()
@@ -118,11 +117,7 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	)
 	for w.Iter() < o.Iters {
 		b := w.Batch()
-		indices = indices[:0]
-		for _, i := range b.Indices {
-			indices = append(indices, uint64(i))
-		}
-		x, labels = j.Data.Batch(indices, x, labels)
+		x, labels = j.Data.Batch(b.Indices, x, labels)
 		end := w.StartSpan(gyre.SpanForward)
 		l, err := j.Model.Forward(x, labels)
 		end()
