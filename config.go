@@ -108,6 +108,11 @@ type Config struct {
 	// DatasetSize is the number of samples in one epoch of the training
 	// set. Default 0: an unbounded stream in which position p is sample p.
 	DatasetSize int64
+	// BucketBytes is the gradient bucket size: submitted gradients are
+	// fused until a bucket holds this many bytes, then it is sent while
+	// backward continues. Default 25 MiB, as in PyTorch DDP; smaller
+	// buckets start communication earlier for small models.
+	BucketBytes int
 
 	// Logger receives the runtime's structured logs. Default: the zero
 	// Logger, which discards everything.
@@ -285,6 +290,9 @@ func (c Config) checkBatch() []error {
 	}
 	if c.GlobalBatch < 1 {
 		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
+	}
+	if c.BucketBytes < 0 {
+		errs = append(errs, fmt.Errorf("BucketBytes %d is negative", c.BucketBytes))
 	}
 	if c.DatasetSize < 0 {
 		errs = append(errs, fmt.Errorf("DatasetSize %d is negative", c.DatasetSize))

@@ -88,6 +88,7 @@ func TestValidate(t *testing.T) {
 		{"negative share", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, -1, 3}, GlobalBatch: 7}, "Shares[1] = -1"},
 		{"shares count", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 3}}, "Shares lists 2"},
 		{"negative dataset", Config{Key: key, DatasetSize: -5}, "DatasetSize"},
+		{"negative bucket", Config{Key: key, BucketBytes: -1}, "BucketBytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 //
 // The flags are --name, --transport, --insecure, --stripes, --key-file,
 // --listen, --data-addr, --advertise, --seed, --peers, --rank,
-// --min-workers, --batch, --shares and --rng-seed.
+// --min-workers, --batch, --shares, --rng-seed and --bucket-bytes.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -69,6 +69,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.IntVar(&c.GlobalBatch, "batch", c.GlobalBatch, fmt.Sprintf("global batch: samples per iteration over all workers (0: %d)", DefaultGlobalBatch))
 	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
+	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

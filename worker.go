@@ -334,7 +334,7 @@ func (w *Worker) AllReduceAsync(ctx context.Context, name string, grad []float32
 	}
 	if w.f32 == nil {
 		var err error
-		if w.f32, err = ring.NewFuser[float32](w.comm, ring.FuserConfig{}); err != nil {
+		if w.f32, err = ring.NewFuser[float32](w.comm, ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}); err != nil {
 			return w.failedHandle(name, err)
 		}
 	}
@@ -349,7 +349,7 @@ func (w *Worker) AllReduceAsync64(ctx context.Context, name string, grad []float
 	}
 	if w.f64 == nil {
 		var err error
-		if w.f64, err = ring.NewFuser[float64](w.comm, ring.FuserConfig{}); err != nil {
+		if w.f64, err = ring.NewFuser[float64](w.comm, ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}); err != nil {
 			return w.failedHandle(name, err)
 		}
 	}
