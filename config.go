@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -28,6 +29,8 @@ const (
 	DefaultMaxFrame  = wire.DefaultMaxFrame
 	// DefaultGlobalBatch is GlobalBatch's default.
 	DefaultGlobalBatch = 256
+	// DefaultJoinTimeout is JoinTimeout's default.
+	DefaultJoinTimeout = 5 * time.Minute
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
@@ -96,6 +99,10 @@ type Config struct {
 	// is needed anyway, so it may not exceed WorldSize.
 	MinWorkers int
 
+	// JoinTimeout bounds how long Join waits for the other workers when
+	// its context has no deadline of its own. Default 5 minutes.
+	JoinTimeout time.Duration
+
 	// GlobalBatch is B, the number of samples per iteration summed over all
 	// workers. Default: the sum of Shares if set, else DefaultGlobalBatch.
 	GlobalBatch int
@@ -148,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MinWorkers == 0 {
 		c.MinWorkers = c.WorldSize
+	}
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = DefaultJoinTimeout
 	}
 	if c.GlobalBatch == 0 {
 		c.GlobalBatch = DefaultGlobalBatch
@@ -290,6 +300,9 @@ func (c Config) checkBatch() []error {
 	}
 	if c.GlobalBatch < 1 {
 		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
+	}
+	if c.JoinTimeout < 0 {
+		errs = append(errs, fmt.Errorf("JoinTimeout %v is negative", c.JoinTimeout))
 	}
 	if c.BucketBytes < 0 {
 		errs = append(errs, fmt.Errorf("BucketBytes %d is negative", c.BucketBytes))

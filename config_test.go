@@ -30,6 +30,7 @@ func TestWithDefaults(t *testing.T) {
 		Advertise:   "127.0.0.1:7947",
 		WorldSize:   1,
 		MinWorkers:  1,
+		JoinTimeout: DefaultJoinTimeout,
 		GlobalBatch: DefaultGlobalBatch,
 		Shares:      []int{DefaultGlobalBatch},
 	}

@@ -148,7 +148,8 @@ type Worker struct {
 // WithTransport gives one), connects to every member of the static view in
 // cfg.Peers, checks that every worker registered the same state and batch
 // settings, broadcasts rank 0's state to all, and commits it. It blocks
-// until every member has joined or ctx ends.
+// until every member has joined, ctx ends, or Config.JoinTimeout passes if
+// ctx has no deadline.
 func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	var o options
 	for _, opt := range opts {
@@ -183,6 +184,11 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 			w.Close()
 		}
 	}()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
+		defer cancel()
+	}
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []string{cfg.Name}

@@ -342,3 +342,20 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestJoinTimesOutNamingTheMissingWorker starts one worker of two: Join
+// gives up after JoinTimeout and says which rank never came.
+func TestJoinTimesOutNamingTheMissingWorker(t *testing.T) {
+	peers, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = Join(context.Background(), Config{Key: testKey(t), Peers: peers, JoinTimeout: time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) || !containsAll(err.Error(), "rank 1", peers[1]) {
+		t.Fatalf("Join = %v, want a deadline naming rank 1", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Join took %v with a 1 s timeout", d)
+	}
+}
