@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -22,6 +23,31 @@ type AllReduceOptions struct {
 	Op     wire.Op    // OpSum, OpMin, OpMax or OpAvg
 	DType  wire.DType // DTypeFloat32, DTypeFloat64, DTypeInt32 or DTypeInt64
 	Check  bool       // verify every element of the first allreduce per size
+	// Compress is the wire compression, DTypeBF16 or DTypeFP16, for a
+	// float32 DType only; the zero value, DTypeBytes, means none.
+	Compress wire.DType
+}
+
+// Validate checks the options that do not depend on the ring.
+func (o AllReduceOptions) Validate() error {
+	switch o.Compress {
+	case wire.DTypeBytes:
+	case wire.DTypeBF16, wire.DTypeFP16:
+		if o.DType != wire.DTypeFloat32 {
+			return fmt.Errorf("bench: %s compression needs float32 data, not %s", o.Compress, o.DType)
+		}
+	default:
+		return fmt.Errorf("bench: unknown compression %s", o.Compress)
+	}
+	return nil
+}
+
+// compressName is the report's name for the wire compression.
+func compressName(c wire.DType) string {
+	if c == wire.DTypeBytes {
+		return "none"
+	}
+	return c.String()
 }
 
 // AllReduceRow is one size's result, as nccl-tests and the peers print it.
@@ -40,13 +66,15 @@ type AllReduceRow struct {
 
 // AllReduceReport is the sweep's result, complete on rank 0.
 type AllReduceReport struct {
-	Command string         `json:"command"`
-	Date    time.Time      `json:"date"`
-	Machine Machine        `json:"machine"`
-	Ranks   int            `json:"ranks"`
-	DType   string         `json:"dtype"`
-	Options string         `json:"options"`
-	Rows    []AllReduceRow `json:"rows"`
+	Command string    `json:"command"`
+	Date    time.Time `json:"date"`
+	Machine Machine   `json:"machine"`
+	Ranks   int       `json:"ranks"`
+	DType   string    `json:"dtype"`
+	// Compress is the wire compression: none, bf16 or fp16.
+	Compress string         `json:"compress"`
+	Options  string         `json:"options"`
+	Rows     []AllReduceRow `json:"rows"`
 }
 
 // RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
@@ -55,7 +83,12 @@ type AllReduceReport struct {
 // the peers do. Every rank returns the same report.
 func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllReduceReport, error) {
 	rep := AllReduceReport{Date: time.Now(), Ranks: c.Size(), Machine: ThisMachine(), DType: o.DType.String(),
-		Options: fmt.Sprintf("op %s  dtype %s  warmup %d  check %v", o.Op, o.DType, o.Warmup, o.Check)}
+		Compress: compressName(o.Compress),
+		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
+			compressName(o.Compress), o.Warmup, o.Check)}
+	if err := o.Validate(); err != nil {
+		return rep, err
+	}
 	for _, size := range o.Sizes {
 		if size%int64(o.DType.Size()) != 0 {
 			return rep, fmt.Errorf("bench: size %d is not a whole number of %s elements", size, o.DType)
@@ -97,12 +130,12 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 	if err := fillPattern(o.DType, buf, rank); err != nil {
 		return row, err
 	}
-	if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+	if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
 		return row, err
 	}
 	if o.Check {
 		ok := int32(1)
-		if !checkPattern(o.DType, o.Op, buf, n) {
+		if !checkPattern(o.DType, o.Op, o.Compress, buf, n) {
 			ok = 0
 		}
 		flag := []int32{ok}
@@ -112,7 +145,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 		row.Check = map[bool]string{true: "OK", false: "BAD"}[flag[0] == 1]
 	}
 	for range o.Warmup {
-		if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
 			return row, err
 		}
 	}
@@ -122,7 +155,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 			return row, err
 		}
 		t0 := time.Now()
-		if err := c.AllReduce(ctx, o.DType, o.Op, buf); err != nil {
+		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
 			return row, err
 		}
 		times[i] = float64(time.Since(t0)) / float64(time.Microsecond)
@@ -183,9 +216,12 @@ func fillAs[T kernels.Number](b []byte, rank int) error {
 	return err
 }
 
-func checkPattern(dt wire.DType, op wire.Op, b []byte, n int) bool {
+func checkPattern(dt wire.DType, op wire.Op, compress wire.DType, b []byte, n int) bool {
 	switch dt {
 	case wire.DTypeFloat32:
+		if compress != wire.DTypeBytes {
+			return checkCompressed(b, op, compress, n)
+		}
 		return checkAs[float32](b, op, n)
 	case wire.DTypeFloat64:
 		return checkAs[float64](b, op, n)
@@ -206,6 +242,33 @@ func checkAs[T kernels.Number](b []byte, op wire.Op, n int) bool {
 	}
 	for i, x := range xs {
 		if float64(x) != float64(T(expected(op, n, i))) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkCompressed compares every element of a float32 buffer reduced with
+// compression to the wire format's tolerance. Each rounding to the wire
+// errs by at most u·|x|, u the unit roundoff (2^-8 for bf16, 2^-11 for
+// fp16), and a partial result is rounded once per hop and once when
+// complete: at most n+1 times, each time of a partial at most Σ|xᵢ| in
+// magnitude. The pattern's values are positive, so Σ|xᵢ| is the Sum, n
+// times the Avg, and at least Min and Max, which are rounded once. Hence
+// |got - want| ≤ (n+1)·u·Σ|xᵢ| covers every op; it needs no subnormal
+// term as the values are at least 1.
+func checkCompressed(b []byte, op wire.Op, compress wire.DType, n int) bool {
+	xs, err := kernels.AsFloat32(b)
+	if err != nil {
+		return false
+	}
+	u := 0x1p-8
+	if compress == wire.DTypeFP16 {
+		u = 0x1p-11
+	}
+	for i, x := range xs {
+		sum := expected(wire.OpSum, n, i)
+		if math.Abs(float64(x)-expected(op, n, i)) > float64(n+1)*u*sum {
 			return false
 		}
 	}

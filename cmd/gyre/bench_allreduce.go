@@ -23,6 +23,7 @@ import (
 // allReduceFlags are the sweep settings every worker of the benchmark gets.
 type allReduceFlags struct {
 	sizes, op, dtype string
+	compress         string // none, bf16 or fp16
 	warmup, iters    int
 	check            bool
 	jsonFile         string
@@ -44,9 +45,12 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 			"slowest rank, algbw = size/time, busbw = algbw*2(n-1)/n, iterations and\n" +
 			"a check of every element of the first allreduce per size.\n" +
 			"Each timed iteration is: barrier; t0; allreduce; t1.\n" +
+			"--compress bf16 or fp16 sends float32 data at half width on the wire, still\n" +
+			"summed in float32; the check then allows the wire format's rounding.\n" +
 			"Run under `gyre launch -- bench allreduce` it is one worker of the job.",
 		Example: "  gyre bench allreduce -n 2 --transport tcp --insecure --sizes 4K,64M,256M\n" +
-			"  gyre bench allreduce -n 4 --op max --dtype int32 --json ar.json",
+			"  gyre bench allreduce -n 4 --op max --dtype int32 --json ar.json\n" +
+			"  gyre bench allreduce -n 2 --transport tcp --compress bf16",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, err := fl.options()
@@ -66,6 +70,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 	f.IntVar(&fl.iters, "iters", 0, "timed allreduces per size (default 20 below 16M, 10 at or above)")
 	f.StringVar(&fl.op, "op", "sum", "reduction: sum, min, max or avg")
 	f.StringVar(&fl.dtype, "dtype", "float32", "element type: float32, float64, int32 or int64")
+	f.StringVar(&fl.compress, "compress", "none", "wire compression of float32 data: none, bf16 or fp16")
 	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
 	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -89,6 +94,14 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 	if !ok {
 		return bench.AllReduceOptions{}, fmt.Errorf("--dtype %q: want float32, float64, int32 or int64", fl.dtype)
 	}
+	compressions := map[string]wire.DType{"none": wire.DTypeBytes, "bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16}
+	compress, ok := compressions[strings.ToLower(fl.compress)]
+	if !ok {
+		return bench.AllReduceOptions{}, fmt.Errorf("--compress %q: want none, bf16 or fp16", fl.compress)
+	}
+	if compress != wire.DTypeBytes && dt != wire.DTypeFloat32 {
+		return bench.AllReduceOptions{}, fmt.Errorf("--compress %s needs --dtype float32, not %s", fl.compress, fl.dtype)
+	}
 	if op == wire.OpAvg && (dt == wire.DTypeInt32 || dt == wire.DTypeInt64) {
 		return bench.AllReduceOptions{}, errors.New("--op avg needs a float --dtype")
 	}
@@ -100,7 +113,8 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 			return bench.AllReduceOptions{}, fmt.Errorf("--sizes: %d bytes is not a whole number of %s elements", s, dt)
 		}
 	}
-	return bench.AllReduceOptions{Sizes: sizes, Warmup: fl.warmup, Iters: fl.iters, Op: op, DType: dt, Check: fl.check}, nil
+	return bench.AllReduceOptions{Sizes: sizes, Warmup: fl.warmup, Iters: fl.iters, Op: op, DType: dt, Check: fl.check,
+		Compress: compress}, nil
 }
 
 // allReduceLaunch starts the workers, then prints rank 0's report without
@@ -118,7 +132,7 @@ func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFla
 	reportPath := filepath.Join(dir, "report.json")
 	argv := []string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "allreduce",
 		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
-		"--op", fl.op, "--dtype", fl.dtype, "--check=" + strconv.FormatBool(fl.check),
+		"--op", fl.op, "--dtype", fl.dtype, "--compress", fl.compress, "--check=" + strconv.FormatBool(fl.check),
 		"--timeout", fl.timeout.String(), "--report", reportPath}
 	if err := c.launchJob(cmd, job, argv); err != nil {
 		return err
