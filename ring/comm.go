@@ -148,14 +148,15 @@ func (c Config) withDefaults() Config {
 // completes an element's reduction (after Avg's division) rounds it to the
 // wire format before forwarding it, and in recursive doubling each rank
 // rounds its buffer before exchanging it, so every rank still ends
-// bit-identical and the result is always representable in the wire
-// format. A partial result is rounded once per hop, at most N-1 times in
-// the ring and ⌊log2 N⌋+1 times in recursive doubling, plus the final
-// rounding: with u = 2^-8 (bf16) or 2^-11 (fp16), an element of a Sum is
-// within about (N+1)·u·Σ|xᵢ| of the exact sum, and Min and Max are the
-// exact result rounded once. Deadlines and the bandwidth estimate count
-// wire bytes. The plan, chunking included, is that of the uncompressed
-// float32 collective, chosen by the caller's byte size.
+// bit-identical and, with more than one member, the result is
+// representable in the wire format. A partial result is rounded once per
+// hop, at most N-1 times in the ring and ⌊log2 N⌋+1 times in recursive
+// doubling, plus the final rounding: with u = 2^-8 (bf16) or 2^-11 (fp16),
+// an element of a Sum is within about (N+1)·u·Σ|xᵢ| of the exact sum, and
+// Min and Max are the exact result rounded once. Deadlines and the
+// bandwidth estimate count wire bytes. The plan, chunking included, is
+// that of the uncompressed float32 collective, chosen by the caller's
+// byte size.
 //
 // A call whose arguments are invalid on their own (ErrInvalid: an unknown
 // dtype, a misaligned buffer, compression of data other than float32) is rejected before it takes a sequence number

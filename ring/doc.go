@@ -31,7 +31,8 @@
 //
 // Compression. AllReduceCompressed and ReduceScatterCompressed send
 // float32 data as bf16 or fp16, halving the bytes on the wire; reductions
-// still accumulate in float32. They run the uncompressed plan, and the
+// still accumulate in float32. Every compressed message is encoded into or
+// received into a reused scratch. They run the uncompressed plan, and the
 // headers carry the wire dtype, so ranks that disagree about compression
 // fail with ErrMismatch. A partial result is rounded to the wire format at
 // every hop, and a complete one once more on the rank that completes it,
