@@ -159,9 +159,6 @@ func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFla
 // collective.
 const closeLinger = 300 * time.Millisecond
 
-// connectRetry is how often a worker retries a peer that is not up yet.
-const connectRetry = 100 * time.Millisecond
-
 // allReduceWorker is one rank of the benchmark, configured by GYRE_*.
 func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.AllReduceOptions) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
@@ -186,7 +183,7 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	for i, p := range cfg.Peers {
 		members[i] = transport.PeerID(p) // a worker's name is its advertised address
 	}
-	if err := connectAll(ctx, t, members, cfg.Rank); err != nil {
+	if err := gyre.ConnectAll(ctx, t, members, cfg.Rank); err != nil {
 		return err
 	}
 	comm, err := ring.NewComm(t, ring.Config{Epoch: 1, Members: members, Rank: cfg.Rank, Logger: c.log})
@@ -214,30 +211,4 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 		}
 	}
 	return rep.WriteTable(cmd.OutOrStdout())
-}
-
-// connectAll connects to every other member, retrying while they start.
-func connectAll(ctx context.Context, t transport.Transport, members []transport.PeerID, rank int) error {
-	for i, m := range members {
-		if i == rank {
-			continue
-		}
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := t.Connect(cctx, m, string(m))
-			cancel()
-			if err == nil {
-				break
-			}
-			if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
-				return fmt.Errorf("connect to rank %d (%s): %w", i, m, err)
-			}
-			select {
-			case <-time.After(connectRetry):
-			case <-ctx.Done():
-				return fmt.Errorf("connect to rank %d (%s): %w", i, m, ctx.Err())
-			}
-		}
-	}
-	return nil
 }
