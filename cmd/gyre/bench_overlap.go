@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/bench"
+)
+
+// overlapFlags are the settings every worker of the overlap benchmark gets.
+type overlapFlags struct {
+	hidden      string
+	batch       int
+	bucketBytes int
+	warmup      int
+	iters       int
+	modelSeed   uint64
+	dataSeed    uint64
+	jsonFile    string
+	report      string // hidden: where rank 0 leaves its JSON report for the launcher
+	timeout     time.Duration
+}
+
+// Defaults of the overlap scenario, sized with the cluster script's
+// default rate (bench/overlap-cluster.sh) so that communication takes
+// 0.5–1.0× the backward pass. Five equal 1024×1024 layers (six hidden
+// layers) hold almost all the gradient, so each allreduce is a fifth of
+// the total and the part that cannot overlap, the allreduce of the layer
+// backward hands over last, is small; the batch sets the compute.
+const (
+	defaultOverlapHidden = "1024,1024,1024,1024,1024,1024"
+	defaultOverlapBatch  = 512
+)
+
+func newBenchOverlapCmd(c *cli) *cobra.Command {
+	var (
+		job launchJob
+		fl  overlapFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "overlap",
+		Short: "Measure how much of the gradient allreduce hides behind backward",
+		Long: "overlap trains an MLP on -n local workers started as by `gyre launch`\n" +
+			"and times four kinds of iteration, one of each per round so all see the\n" +
+			"same conditions: overlap (each layer's gradient allreduced while backward\n" +
+			"continues), no-overlap (all gradients allreduced after backward),\n" +
+			"compute (forward, backward, step; no communication) and comm (the same\n" +
+			"allreduces alone). It prints each phase's median and the derived figures:\n" +
+			"comm/backward, overlap/(forward+max(backward,comm)) against 1.15 and\n" +
+			"no-overlap/overlap against 1.25. Iterations are separated by the\n" +
+			"boundary, which is not timed.\n" +
+			"With GYRE_PEERS set (under `gyre launch`, or one worker per host as\n" +
+			"bench/overlap-cluster.sh starts them) it is one worker of the job.",
+		Example: "  gyre bench overlap\n" +
+			"  gyre bench overlap -n 2 --hidden 512,512,512 --batch 256 --iters 5 --json overlap.json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := fl.options()
+			if err != nil {
+				return err
+			}
+			if _, inJob := c.env.lookup(gyre.EnvPeers); inJob {
+				return c.overlapWorker(cmd, fl, o)
+			}
+			return c.overlapLaunch(cmd, job, fl)
+		},
+	}
+	job.bindFlags(cmd, 2)
+	f := cmd.Flags()
+	f.StringVar(&fl.hidden, "hidden", defaultOverlapHidden, "hidden layer widths, comma-separated")
+	f.IntVar(&fl.batch, "batch", defaultOverlapBatch, "global batch: samples per iteration over all workers")
+	f.IntVar(&fl.bucketBytes, "bucket-bytes", 0, "gradient bucket size in bytes (0: the largest layer's gradient, one layer per bucket)")
+	f.IntVarP(&fl.warmup, "warmup", "w", 2, "untimed rounds")
+	f.IntVar(&fl.iters, "iters", 10, "timed rounds, each one iteration of every mode")
+	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights")
+	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
+	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with rank 0's every iteration, as JSON to this file")
+	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
+	f.StringVar(&fl.report, "report", "", "where rank 0 writes its report (set by the launcher)")
+	f.MarkHidden("report")
+	return cmd
+}
+
+func (fl overlapFlags) options() (bench.OverlapOptions, error) {
+	hidden, err := bench.ParseInts(fl.hidden, 1, 1<<16)
+	if err != nil {
+		return bench.OverlapOptions{}, fmt.Errorf("--hidden: %w", err)
+	}
+	if fl.batch < 1 || fl.bucketBytes < 0 {
+		return bench.OverlapOptions{}, fmt.Errorf("--batch %d, --bucket-bytes %d: want a positive batch and a non-negative bucket size", fl.batch, fl.bucketBytes)
+	}
+	o := bench.OverlapOptions{Hidden: hidden, Warmup: fl.warmup, Iters: fl.iters, ModelSeed: fl.modelSeed, DataSeed: fl.dataSeed}
+	return o, o.Validate()
+}
+
+// overlapLaunch starts the workers, then prints rank 0's report without
+// the per-rank prefixes.
+func (c *cli) overlapLaunch(cmd *cobra.Command, job launchJob, fl overlapFlags) error {
+	exe, err := c.env.executable()
+	if err != nil {
+		return fmt.Errorf("find this executable to start the workers: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gyre-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	reportPath := filepath.Join(dir, "report.json")
+	argv := []string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "overlap",
+		"--hidden", fl.hidden, "--batch", strconv.Itoa(fl.batch), "--bucket-bytes", strconv.Itoa(fl.bucketBytes),
+		"--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
+		"--model-seed", strconv.FormatUint(fl.modelSeed, 10), "--data-seed", strconv.FormatUint(fl.dataSeed, 10),
+		"--timeout", fl.timeout.String(), "--report", reportPath}
+	if err := c.launchJob(cmd, job, argv); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(reportPath)
+	if err != nil {
+		return fmt.Errorf("rank 0 left no report: %w", err)
+	}
+	var rep bench.OverlapReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("rank 0's report: %w", err)
+	}
+	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
+	if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if fl.jsonFile != "" {
+		return writeJSON(fl.jsonFile, &rep)
+	}
+	return nil
+}
+
+// overlapWorker is one rank of the benchmark, configured by GYRE_* and the
+// worker flags given on the command line.
+func (c *cli) overlapWorker(cmd *cobra.Command, fl overlapFlags, o bench.OverlapOptions) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
+	defer cancel()
+	cfg, err := c.workerConfig(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	cfg.GlobalBatch = fl.batch
+	cfg.BucketBytes = fl.bucketBytes
+	if cfg.BucketBytes == 0 {
+		cfg.BucketBytes = o.LargestGradBytes()
+	}
+	job, err := bench.NewOverlapJob(o)
+	if err != nil {
+		return err
+	}
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(job.State()))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	rep, err := bench.RunOverlap(ctx, w, job, o)
+	if err != nil {
+		return err
+	}
+	if err := w.Leave(ctx); err != nil {
+		return err
+	}
+	if w.Rank() != 0 {
+		return nil
+	}
+	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
+	rep.Transport = cfg.WithDefaults().Transport
+	if cfg.Insecure {
+		rep.Transport += " (insecure)"
+	}
+	rep.BucketBytes = cfg.BucketBytes
+	switch {
+	case fl.report != "":
+		return writeJSON(fl.report, &rep)
+	case fl.jsonFile != "":
+		if err := writeJSON(fl.jsonFile, &rep); err != nil {
+			return err
+		}
+	}
+	return rep.WriteTable(cmd.OutOrStdout())
+}
