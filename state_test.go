@@ -109,11 +109,16 @@ func (m *toy) step(g []float64) {
 // code errs would; the trainer abandons it and redoes it.
 func train(ctx context.Context, w *Worker, m *toy, iters, failAt int64, check func(*toy) error) error {
 	failed := false
+	var abandoned []int64 // the indices of the abandoned attempt
 	for w.Iter() < iters {
 		b := w.Batch()
+		if w.Iter() == failAt && failed && !slices.Equal(b.Indices, abandoned) {
+			return fmt.Errorf("the redone iteration %d got indices %v, the abandoned one %v", failAt, b.Indices, abandoned)
+		}
 		g := m.grad(b.Indices)
 		if w.Iter() == failAt && !failed {
 			failed = true
+			abandoned = slices.Clone(b.Indices)
 			committed := &toy{theta: slices.Clone(m.theta), mom: slices.Clone(m.mom), steps: &counter{m.steps.epoch, m.steps.label}}
 			w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
 			m.theta[0], m.mom[3], m.steps.epoch = 1e9, -1, 99
