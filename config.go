@@ -120,6 +120,12 @@ type Config struct {
 	// backward continues. Default 25 MiB, as in PyTorch DDP; smaller
 	// buckets start communication earlier for small models.
 	BucketBytes int
+	// Compress sends float32 gradients over the wire as "bf16" or "fp16",
+	// halving the bytes; the sums still accumulate in float32, and every
+	// worker ends with the same values, rounded to the wire format. Every
+	// worker must use the same setting. Default "" (none); "none" also
+	// means none.
+	Compress string
 
 	// Logger receives the runtime's structured logs. Default: the zero
 	// Logger, which discards everything.
@@ -288,6 +294,10 @@ func (c Config) checkView() []error {
 	return errs
 }
 
+// compressions maps Config.Compress onto wire types; DTypeBytes is none.
+var compressions = map[string]wire.DType{"": wire.DTypeBytes, "none": wire.DTypeBytes,
+	"bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16}
+
 // checkBatch checks the membership and batch fields.
 func (c Config) checkBatch() []error {
 	var errs []error
@@ -303,6 +313,9 @@ func (c Config) checkBatch() []error {
 	}
 	if c.JoinTimeout < 0 {
 		errs = append(errs, fmt.Errorf("JoinTimeout %v is negative", c.JoinTimeout))
+	}
+	if _, ok := compressions[c.Compress]; !ok {
+		errs = append(errs, fmt.Errorf("Compress %q: want bf16, fp16 or none", c.Compress))
 	}
 	if c.BucketBytes < 0 {
 		errs = append(errs, fmt.Errorf("BucketBytes %d is negative", c.BucketBytes))

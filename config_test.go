@@ -90,6 +90,8 @@ func TestValidate(t *testing.T) {
 		{"shares count", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 3}}, "Shares lists 2"},
 		{"negative dataset", Config{Key: key, DatasetSize: -5}, "DatasetSize"},
 		{"negative bucket", Config{Key: key, BucketBytes: -1}, "BucketBytes"},
+		{"bad compression", Config{Key: key, Compress: "int8"}, `Compress "int8"`},
+		{"compression", Config{Key: key, Compress: "bf16"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 //
 // The flags are --name, --transport, --insecure, --stripes, --key-file,
 // --listen, --data-addr, --advertise, --seed, --peers, --rank,
-// --min-workers, --batch, --shares, --rng-seed and --bucket-bytes.
+// --min-workers, --batch, --shares, --rng-seed, --bucket-bytes and --compress.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -70,6 +70,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
+	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

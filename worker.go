@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 
@@ -333,34 +334,42 @@ func (w *Worker) Batch() Batch {
 // contributes zeros, whatever grad holds). Tensors are fused into buckets
 // by submission order and size, as DDP does, so every worker must submit
 // the same tensors in the same order. A worker uses one gradient type:
-// float32 here or float64 (AllReduceAsync64), not both.
+// float32 here or float64 (AllReduceAsync64), not both. Config.Compress
+// sends float32 gradients as bf16 or fp16, summed in float32.
 func (w *Worker) AllReduceAsync(ctx context.Context, name string, grad []float32) *Handle {
-	if err := w.useGradType("float32"); err != nil {
-		return w.failedHandle(name, err)
-	}
-	if w.f32 == nil {
-		var err error
-		if w.f32, err = ring.NewFuser[float32](w.comm, ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}); err != nil {
-			return w.failedHandle(name, err)
-		}
-	}
-	weigh(grad, w.shares[w.cfg.Rank], w.cfg.GlobalBatch)
-	return w.track(&Handle{h: w.f32.AllReduceAsync(ctx, grad)})
+	return submit(ctx, w, name, &w.f32, grad)
 }
 
-// AllReduceAsync64 is AllReduceAsync for float64 gradients.
+// AllReduceAsync64 is AllReduceAsync for float64 gradients. Config.Compress
+// does not apply to them.
 func (w *Worker) AllReduceAsync64(ctx context.Context, name string, grad []float64) *Handle {
-	if err := w.useGradType("float64"); err != nil {
+	return submit(ctx, w, name, &w.f64, grad)
+}
+
+// submit weighs grad and hands it to the worker's fuser for T, made on
+// first use.
+func submit[T float32 | float64](ctx context.Context, w *Worker, name string, fuser **ring.Fuser[T], grad []T) *Handle {
+	var zero T
+	gradType := "float64"
+	if unsafe.Sizeof(zero) == 4 {
+		gradType = "float32"
+	}
+	if err := w.useGradType(gradType); err != nil {
 		return w.failedHandle(name, err)
 	}
-	if w.f64 == nil {
-		var err error
-		if w.f64, err = ring.NewFuser[float64](w.comm, ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}); err != nil {
+	if *fuser == nil {
+		fc := ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}
+		if gradType == "float32" {
+			fc.Compress = compressions[w.cfg.Compress]
+		}
+		f, err := ring.NewFuser[T](w.comm, fc)
+		if err != nil {
 			return w.failedHandle(name, err)
 		}
+		*fuser = f
 	}
 	weigh(grad, w.shares[w.cfg.Rank], w.cfg.GlobalBatch)
-	return w.track(&Handle{h: w.f64.AllReduceAsync(ctx, grad)})
+	return w.track(&Handle{h: (*fuser).AllReduceAsync(ctx, grad)})
 }
 
 // weigh scales a local mean gradient by share/global. A share of 0 gives

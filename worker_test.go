@@ -359,3 +359,49 @@ func TestJoinTimesOutNamingTheMissingWorker(t *testing.T) {
 		t.Fatalf("Join took %v with a 1 s timeout", d)
 	}
 }
+
+// TestCompressedGradients checks Config.Compress: float32 gradients come
+// back as the weighted mean within bf16 rounding, identical on every
+// worker; float64 gradients are not compressed.
+func TestCompressedGradients(t *testing.T) {
+	ws := cluster{n: 3, adjust: func(_ int, c *Config) { c.Compress = "bf16"; c.Shares = []int{2, 1, 1}; c.GlobalBatch = 4 }}.mustStart(t)
+	const n = 1000
+	grads := make([][]float32, len(ws))
+	want := make([]float64, n)
+	for r := range ws {
+		g := randomF64(uint64(r)+1, n)
+		grads[r] = make([]float32, n)
+		for i := range g {
+			grads[r][i] = float32(g[i])
+			want[i] += float64(grads[r][i]) * float64([]int{2, 1, 1}[r]) / 4
+		}
+	}
+	errs := each(ws, func(r int, w *Worker) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.AllReduceAsync(ctx, "g", grads[r])
+		return w.Wait(ctx)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	exact := 0
+	for i := range want {
+		// Each value crosses the wire rounded to bf16 (8 significant bits)
+		// a few times: allow 4 roundings of the largest term.
+		if d := math.Abs(float64(grads[0][i]) - want[i]); d > 4*math.Pow(2, -8)*2 {
+			t.Fatalf("element %d = %v, want %v within bf16 rounding", i, grads[0][i], want[i])
+		}
+		if float64(grads[0][i]) == want[i] {
+			exact++
+		}
+	}
+	if exact > n/2 {
+		t.Fatalf("%d of %d elements are exact: the gradients were not compressed", exact, n)
+	}
+	for r := range ws {
+		if !slices.Equal(grads[r], grads[0]) {
+			t.Fatalf("rank %d differs from rank 0", r)
+		}
+	}
+}
