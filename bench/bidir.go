@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -17,10 +16,19 @@ import (
 // traffic of a two-rank ring. After the command and its ready answer (the
 // peer has its buffers), the parent starts the clock and sends go; the
 // peer starts sending when go arrives. The peer acks once it holds the
-// last byte of the parent's last message and has sent all of its own, and
-// the parent stops the clock once it holds the peer's last byte and that
-// ack. Both sides send the bytes fillMessage writes, so the parent can
-// check what it received, after the clock has stopped.
+// last byte of the parent's last message (over a Gyre transport, once it
+// has also sent all of its own), and the parent stops the clock once it
+// holds the peer's last byte and that ack. Both sides send the bytes
+// fillMessage writes, so the parent can check what it received, after the
+// clock has stopped.
+//
+// A Gyre transport sends each direction on connections its own side
+// dialed, one per stripe, so a pair of processes uses one connection per
+// direction and stripe (for quic, quic-go runs one loop per connection).
+// The bare baseline has the same layout: per stripe, the parent's slice
+// goes out on one connection as a one-way trial (opOneWay, acked) while
+// the peer sends its slice back on another (opSendBack, started by go).
+// The parent dials both, from one socket for QUIC as Gyre does.
 
 // fillMessage writes the benchmark's payload pattern into b. It varies
 // byte by byte and from one 2 KiB block to the next, so a misplaced frame
@@ -79,41 +87,42 @@ func (g *gyreLink) bidir(ctx context.Context, msg []byte, count int) (time.Durat
 	return d, nil
 }
 
-// bidir is the parent's side of the trial over the bare connections: on
-// each, its stripe's slice goes out while the peer's slice comes back.
+// bidir is the parent's side of the trial over the bare connections. Each
+// direction has its own connection per stripe, as in Gyre: on b.conns the
+// parent sends its stripe's slice (a one-way trial, acked), while on b.back
+// the peer sends its slice back.
 func (b *bareLink) bidir(ctx context.Context, msg []byte, count int) (time.Duration, error) {
-	err := b.each(ctx, msg, func(c conn, _ int, part []byte) error {
-		return sendCommand(c, command{op: opBidir, size: uint64(len(part)), count: uint32(count)})
+	err := b.each(ctx, msg, func(i, _ int, part []byte) error {
+		cmd := command{op: opOneWay, size: uint64(len(part)), count: uint32(count)}
+		if err := sendCommand(b.conns[i], cmd); err != nil {
+			return err
+		}
+		cmd.op = opSendBack
+		return sendCommand(b.back[i], cmd)
 	})
 	if err != nil {
 		return 0, err
 	}
 	b.rbuf = grow(b.rbuf, len(msg))
 	t0 := time.Now()
-	err = b.each(ctx, msg, func(c conn, lo int, part []byte) error {
-		rpart := b.rbuf[lo : lo+len(part)]
-		if _, err := c.Write([]byte{opGo}); err != nil {
+	err = b.each(ctx, msg, func(i, lo int, part []byte) error {
+		out, back := b.conns[i], b.back[i]
+		if _, err := back.Write([]byte{opGo}); err != nil {
 			return err
 		}
-		// A past deadline unblocks whichever side is still going.
-		abort := func() { c.SetDeadline(time.Now()) }
+		// A past deadline unblocks whichever direction is still going.
+		abort := func() {
+			out.SetDeadline(time.Now())
+			back.SetDeadline(time.Now())
+		}
 		return duplex(abort,
 			func() error {
-				for range count {
-					if err := writeChunked(c, part); err != nil {
-						return err
-					}
+				if err := writeRepeated(out, part, count); err != nil {
+					return err
 				}
-				return nil
+				return readAnswer(out, opAck)
 			},
-			func() error {
-				for range count {
-					if err := readChunked(c, rpart); err != nil {
-						return err
-					}
-				}
-				return readAnswer(c, opAck)
-			})
+			func() error { return readRepeated(back, b.rbuf[lo:lo+len(part)], count) })
 	})
 	d := time.Since(t0)
 	if err != nil {
@@ -121,7 +130,7 @@ func (b *bareLink) bidir(ctx context.Context, msg []byte, count int) (time.Durat
 	}
 	// Each connection of the peer knows only its slice's length, so it
 	// sends the pattern's first bytes.
-	err = b.each(ctx, msg, func(_ conn, lo int, part []byte) error {
+	err = b.each(ctx, msg, func(_, lo int, part []byte) error {
 		if !bytes.Equal(b.rbuf[lo:lo+len(part)], msg[:len(part)]) {
 			return fmt.Errorf("%w: the peer's slice at %d arrived corrupted", ErrProtocol, lo)
 		}
@@ -155,39 +164,14 @@ func serveLinkBidir(ctx context.Context, t transport.Transport, recv, send []byt
 	return t.Send(ctx, parentID, transport.ChanControl, command{op: opAck}.header(), nil)
 }
 
-// serveBareBidir is the peer's side of the trial over one bare
-// connection, once it has answered ready.
-func serveBareBidir(c conn, recv, send []byte, count int) error {
-	var b [1]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+// serveBareSendBack is the peer's side of a send-back on one bare
+// connection, once it has answered ready: its direction of a bare bidir
+// trial.
+func serveBareSendBack(c conn, send []byte, count int) error {
+	if err := readAnswer(c, opGo); err != nil {
 		return err
 	}
-	if b[0] != opGo {
-		return fmt.Errorf("%w: got %d, want go", ErrProtocol, b[0])
-	}
-	abort := func() { c.SetDeadline(time.Now()) }
-	err := duplex(abort,
-		func() error {
-			for range count {
-				if err := writeChunked(c, send); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		func() error {
-			for range count {
-				if err := readChunked(c, recv); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	if err != nil {
-		return err
-	}
-	_, err = c.Write([]byte{opAck})
-	return err
+	return writeRepeated(c, send, count)
 }
 
 // sendMessages sends msg to peer count times on the data channel.

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Interleaved comparison of Gyre's N=2 allreduce over quic with bare
-# quic-go sending the same bytes both ways at once (a two-rank ring's traffic).
+# quic-go sending the same bytes both ways at once (a two-rank ring's traffic,
+# each direction on its own connection, as in Gyre).
 #   sh bench/compare-quic.sh RUNS SIZES STRIPES [gyre flags...]
 # e.g.
 #   sh bench/compare-quic.sh 3 67108864,268435456 1,2,4

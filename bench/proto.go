@@ -22,8 +22,13 @@ import (
 //     answers ack once it holds the last byte of the last one.
 //   - opPingPong: count times, the parent sends size bytes and the peer
 //     echoes them.
-//   - opBidir: the parent and the peer each send count messages of size
-//     bytes to the other at once, after the parent sends go (bidir.go).
+//   - opBidir (Gyre transports only): the parent and the peer each send
+//     count messages of size bytes to the other at once, after the parent
+//     sends go (bidir.go).
+//   - opSendBack (bare connections only): the peer sends count messages
+//     of size bytes once the parent sends go. A bare bidir trial runs it on
+//     one connection while opOneWay runs on another, so each direction has
+//     its own connection (bidir.go).
 //   - opRelease: the peer frees its buffers.
 //
 // Over a Gyre transport a command is an empty message on ChanControl whose
@@ -38,6 +43,7 @@ const (
 	opAck      = 5
 	opBidir    = 6
 	opGo       = 7
+	opSendBack = 8
 )
 
 // cmdSize is the encoded size of a bare command: op uint32, count uint32,
@@ -65,7 +71,7 @@ type command struct {
 
 func (c command) check() error {
 	switch {
-	case c.op != opOneWay && c.op != opPingPong && c.op != opBidir && c.op != opRelease:
+	case c.op != opOneWay && c.op != opPingPong && c.op != opBidir && c.op != opSendBack && c.op != opRelease:
 		return fmt.Errorf("%w: unknown op %d", ErrProtocol, c.op)
 	case c.size > MaxMessage:
 		return fmt.Errorf("%w: message of %d bytes exceeds %d", ErrProtocol, c.size, MaxMessage)
@@ -145,16 +151,17 @@ func serveBare(ctx context.Context, c conn) error {
 				return err
 			}
 			continue
-		case opBidir:
-			buf = grow(buf, int(cmd.size))
+		case opSendBack:
 			send = fillMessage(grow(send, int(cmd.size)))
 			if err := answer(opReady); err != nil {
 				return err
 			}
-			if err := serveBareBidir(c, buf, send, int(cmd.count)); err != nil {
+			if err := serveBareSendBack(c, send, int(cmd.count)); err != nil {
 				return err
 			}
 			continue
+		case opBidir:
+			return fmt.Errorf("%w: bidir over one bare connection", ErrProtocol)
 		}
 		buf = grow(buf, int(cmd.size))
 		if err := answer(opReady); err != nil {
@@ -190,6 +197,26 @@ func writeChunked(c conn, p []byte) error {
 			return err
 		}
 		p = p[n:]
+	}
+	return nil
+}
+
+// writeRepeated writes p to c count times.
+func writeRepeated(c conn, p []byte, count int) error {
+	for range count {
+		if err := writeChunked(c, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRepeated reads exactly len(p) bytes from c into p count times.
+func readRepeated(c conn, p []byte, count int) error {
+	for range count {
+		if err := readChunked(c, p); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -252,6 +279,8 @@ func serveLink(ctx context.Context, t transport.Transport) error {
 				return err
 			}
 			continue
+		case opSendBack:
+			return fmt.Errorf("%w: send-back over a Gyre transport", ErrProtocol)
 		}
 		buf = grow(buf, int(cmd.size))
 		if err := answer(opReady); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -276,7 +277,7 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 				return nil, err
 			}
 			g := links[linkKey(v, s)]
-			b, err := dialBareLink(ctx, v.Bare(), hello.Bare[v.Bare()], s, id)
+			b, err := dialBareLink(ctx, v.Bare(), hello.Bare[v.Bare()], s, o.Bidir, id)
 			if err != nil {
 				return nil, err
 			}
@@ -299,7 +300,7 @@ func method(bidir bool) []string {
 	if bidir {
 		return append(m,
 			"bidir: both processes send iters messages of size_bytes to each other at once (a two-rank ring's traffic); the clock runs from the parent's go to when both hold the other's last byte; time_us = elapsed / iters",
-			"bidir bare: each connection carries both directions (quic: each side sends on its own half of the stream, flow-controlled separately), whereas each side of a Gyre transport sends on connections it dialed itself",
+			"bidir bare: one connection per direction and stripe, as Gyre sends each direction on connections of its own: the parent's slices go out on one set, the peer's come back on another (the parent dials both; quic: from one socket)",
 			"GB/s is per direction: size_bytes one side sent / time_us, comparable with an N=2 allreduce's busbw; the received bytes are checked",
 			"medians over runs; ratio = median over runs of gyre/bare GB/s (below 1 is slower); GB/s = 1e9 bytes/s",
 		)
@@ -484,13 +485,18 @@ func (g *gyreLink) release(ctx context.Context) error {
 // carrying an equal slice of every message of wire.StripeMin bytes or more.
 type bareLink struct {
 	conns []conn
-	rbuf  []byte
+	// Bidir only: per stripe, a second connection on which the peer sends,
+	// so each direction has its own connection, as in Gyre.
+	back []conn
+	rbuf []byte
 	// QUIC only: the one socket all stripes are dialed from.
 	udp *net.UDPConn
 	qt  *quic.Transport
 }
 
-func dialBareLink(ctx context.Context, kind BareKind, addr string, stripes int, id *secret.Identity) (*bareLink, error) {
+// dialBareLink dials stripes connections, and as many again for the
+// peer's direction if bidir.
+func dialBareLink(ctx context.Context, kind BareKind, addr string, stripes int, bidir bool, id *secret.Identity) (*bareLink, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("%w: the peer has no %s baseline", ErrProtocol, kind)
 	}
@@ -502,7 +508,11 @@ func dialBareLink(ctx context.Context, kind BareKind, addr string, stripes int, 
 		}
 		b.udp, b.qt = udp, &quic.Transport{Conn: udp}
 	}
-	for range stripes {
+	n := stripes
+	if bidir {
+		n *= 2
+	}
+	for range n {
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 		c, err := dialBare(cctx, kind, addr, id, b.qt)
 		cancel()
@@ -512,11 +522,15 @@ func dialBareLink(ctx context.Context, kind BareKind, addr string, stripes int, 
 		}
 		b.conns = append(b.conns, c)
 	}
+	b.conns, b.back = b.conns[:stripes:stripes], b.conns[stripes:]
 	return b, nil
 }
 
+// all returns every connection of b.
+func (b *bareLink) all() []conn { return append(slices.Clip(b.conns), b.back...) }
+
 func (b *bareLink) close() {
-	for _, c := range b.conns {
+	for _, c := range b.all() {
 		c.Close()
 	}
 	if b.qt != nil {
@@ -525,25 +539,27 @@ func (b *bareLink) close() {
 	}
 }
 
-// each runs f for every stripe with its slice of msg, which starts at lo, concurrently when
-// there are several, and joins the errors. Connection deadlines follow ctx.
-func (b *bareLink) each(ctx context.Context, msg []byte, f func(c conn, lo int, part []byte) error) error {
+// each runs f for every stripe i with its slice of msg, which starts at
+// lo, concurrently when there are several, and joins the errors.
+// Connection deadlines follow ctx.
+func (b *bareLink) each(ctx context.Context, msg []byte, f func(i, lo int, part []byte) error) error {
 	dl, _ := ctx.Deadline()
+	for _, c := range b.all() {
+		c.SetDeadline(dl)
+	}
 	k := len(b.conns)
 	if wire.StripesUsed(uint64(len(msg)), k) == 1 {
-		b.conns[0].SetDeadline(dl)
-		return f(b.conns[0], 0, msg)
+		return f(0, 0, msg)
 	}
 	errs := make([]error, k)
 	var wg sync.WaitGroup
-	for i, c := range b.conns {
+	for i := range k {
 		lo, hi := wire.StripePart(uint64(len(msg)), k, i)
 		part := msg[lo:hi]
 		if len(part) == 0 {
 			continue
 		}
-		c.SetDeadline(dl)
-		wg.Go(func() { errs[i] = f(c, int(lo), part) })
+		wg.Go(func() { errs[i] = f(i, int(lo), part) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -569,20 +585,18 @@ func readAnswer(c conn, op byte) error {
 }
 
 func (b *bareLink) oneWay(ctx context.Context, msg []byte, count int) (time.Duration, error) {
-	err := b.each(ctx, msg, func(c conn, _ int, part []byte) error {
-		return sendCommand(c, command{op: opOneWay, size: uint64(len(part)), count: uint32(count)})
+	err := b.each(ctx, msg, func(i, _ int, part []byte) error {
+		return sendCommand(b.conns[i], command{op: opOneWay, size: uint64(len(part)), count: uint32(count)})
 	})
 	if err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
-	err = b.each(ctx, msg, func(c conn, _ int, part []byte) error {
-		for range count {
-			if err := writeChunked(c, part); err != nil {
-				return err
-			}
+	err = b.each(ctx, msg, func(i, _ int, part []byte) error {
+		if err := writeRepeated(b.conns[i], part, count); err != nil {
+			return err
 		}
-		return readAnswer(c, opAck)
+		return readAnswer(b.conns[i], opAck)
 	})
 	if err != nil {
 		return 0, err
@@ -615,7 +629,7 @@ func (b *bareLink) pingPong(ctx context.Context, msg []byte, count int) ([]time.
 func (b *bareLink) release(ctx context.Context) error {
 	dl, _ := ctx.Deadline()
 	var errs []error
-	for _, c := range b.conns {
+	for _, c := range b.all() {
 		c.SetDeadline(dl)
 		errs = append(errs, sendCommand(c, command{op: opRelease}))
 	}

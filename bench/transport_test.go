@@ -225,3 +225,116 @@ func TestRunTransportRejectsOptions(t *testing.T) {
 		}
 	}
 }
+
+// countingConn counts the bytes that cross a bare connection each way and,
+// if corrupt, flips the first byte of every read but the first (the ready
+// answer).
+type countingConn struct {
+	conn
+	read, written int
+	corrupt       bool
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.conn.Read(p)
+	if c.corrupt && n > 0 && c.read > 0 {
+		p[0] ^= 0xff
+	}
+	c.read += n
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.conn.Write(p)
+	c.written += n
+	return n, err
+}
+
+// TestBareBidirOneConnectionPerDirection checks the bare bidir trial's
+// layout, for every kind of baseline: per stripe, the parent's bytes go
+// out on one connection and the peer's come back on another, as each side
+// of a Gyre transport sends on connections of its own. It also checks that
+// a corrupted byte from the peer fails the trial.
+func TestBareBidirOneConnectionPerDirection(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	key, err := secret.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerIdent, err := identity(key, peerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parentIdent, err := identity(key, parentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stripes, count = 2, 3
+	msg := fillMessage(make([]byte, 2*wire.StripeMin+5))
+	for _, kind := range []BareKind{BareQUIC, BareTLS, BareTCP} {
+		t.Run(string(kind), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := listenBare(kind, peerIdent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer l.close()
+			defer cancel()
+			wg.Go(func() {
+				for {
+					open, err := l.accept(ctx)
+					if err != nil {
+						return
+					}
+					wg.Go(func() {
+						if c, err := open(ctx); err == nil {
+							serveBare(ctx, c)
+						}
+					})
+				}
+			})
+			b, err := dialBareLink(ctx, kind, l.addr(), stripes, true, parentIdent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.close()
+			if len(b.conns) != stripes || len(b.back) != stripes {
+				t.Fatalf("%d + %d connections, want %d each way", len(b.conns), len(b.back), stripes)
+			}
+			out := make([]*countingConn, stripes)
+			back := make([]*countingConn, stripes)
+			for i := range stripes {
+				out[i] = &countingConn{conn: b.conns[i]}
+				back[i] = &countingConn{conn: b.back[i]}
+				b.conns[i], b.back[i] = out[i], back[i]
+			}
+			if _, err := b.bidir(ctx, msg, count); err != nil {
+				t.Fatal(err)
+			}
+			for i := range stripes {
+				lo, hi := wire.StripePart(uint64(len(msg)), stripes, i)
+				payload := count * int(hi-lo)
+				// Out: command and payload out, ready and ack in. Back:
+				// command and go out, ready and payload in.
+				if out[i].written != cmdSize+payload || out[i].read != 2 {
+					t.Errorf("stripe %d out: wrote %d, read %d; want %d, 2", i, out[i].written, out[i].read, cmdSize+payload)
+				}
+				if back[i].written != cmdSize+1 || back[i].read != 1+payload {
+					t.Errorf("stripe %d back: wrote %d, read %d; want %d, %d", i, back[i].written, back[i].read, cmdSize+1, 1+payload)
+				}
+			}
+
+			back[1].read, back[1].corrupt = 0, true
+			if _, err := b.bidir(ctx, msg, count); !errors.Is(err, ErrProtocol) {
+				t.Fatalf("bidir with a corrupted byte = %v, want %v", err, ErrProtocol)
+			}
+			back[1].corrupt = false
+			if err := b.release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

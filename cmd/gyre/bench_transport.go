@@ -47,7 +47,8 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 			"With --bidir both processes send each message to each other at once, the\n" +
 			"traffic of a two-rank ring, and the table gives GB/s per direction (the\n" +
 			"bytes one side sent / time), comparable with `bench allreduce -n 2` busbw;\n" +
-			"there is no round trip then.",
+			"there is no round trip then, and the bare baseline sends each direction\n" +
+			"on its own connection (one per stripe), as the Gyre transports do.",
 		Example: "  gyre bench transport\n" +
 			"  gyre bench transport --transport tcp --insecure --stripes 1,2,4 --sizes 1M,64M\n" +
 			"  gyre bench transport --transport quic --runs 9 --json quic.json\n" +
