@@ -164,7 +164,8 @@ type OverlapMode struct {
 	Samples []Phases `json:"samples"`
 }
 
-// OverlapFigures are the scenario's derived figures, from the medians.
+// OverlapFigures are the scenario's derived figures: one round's, or a
+// summary of the rounds'.
 type OverlapFigures struct {
 	// CommOverBackward is the communication-only time over the
 	// compute-only backward time.
@@ -181,8 +182,8 @@ type OverlapFigures struct {
 	Speedup float64 `json:"speedup"`
 }
 
-// DeriveOverlap computes the derived figures from the four modes' medians.
-// A ratio whose denominator is 0 is 0.
+// DeriveOverlap computes the derived figures from one round's iterations
+// of the four modes. A ratio whose denominator is 0 is 0.
 func DeriveOverlap(overlap, noOverlap, compute, comm Phases) OverlapFigures {
 	ratio := func(a, b float64) float64 {
 		if b <= 0 {
@@ -199,6 +200,31 @@ func DeriveOverlap(overlap, noOverlap, compute, comm Phases) OverlapFigures {
 	return f
 }
 
+const numFigures = 4
+
+func (f OverlapFigures) values() []float64 {
+	return []float64{f.CommOverBackward, f.BoundUS, f.OverlapOverBound, f.Speedup}
+}
+
+func figuresOf(v []float64) OverlapFigures {
+	return OverlapFigures{CommOverBackward: v[0], BoundUS: v[1], OverlapOverBound: v[2], Speedup: v[3]}
+}
+
+// medianFigures is the median of each figure over rounds, taken apart.
+func medianFigures(rounds []OverlapFigures) OverlapFigures {
+	cols := make([][]float64, numFigures)
+	for _, f := range rounds {
+		for i, v := range f.values() {
+			cols[i] = append(cols[i], v)
+		}
+	}
+	med := make([]float64, numFigures)
+	for i, c := range cols {
+		med[i] = Median(c)
+	}
+	return figuresOf(med)
+}
+
 // OverlapReport is the result of RunOverlap, complete on every rank.
 type OverlapReport struct {
 	Command    string    `json:"command"`
@@ -208,15 +234,18 @@ type OverlapReport struct {
 	Ranks      int       `json:"ranks"`
 	Transport  string    `json:"transport"`
 	// Sizes are the layer sizes, input first; Params the parameter count.
-	Sizes       []int          `json:"sizes"`
-	Params      int            `json:"params"`
-	GlobalBatch int            `json:"global_batch"`
-	Shares      []int          `json:"shares"`
-	BucketBytes int            `json:"bucket_bytes"`
-	Warmup      int            `json:"warmup"`
-	Iters       int            `json:"iters"`
-	Modes       []OverlapMode  `json:"modes"`
-	Figures     OverlapFigures `json:"figures"`
+	Sizes       []int         `json:"sizes"`
+	Params      int           `json:"params"`
+	GlobalBatch int           `json:"global_batch"`
+	Shares      []int         `json:"shares"`
+	BucketBytes int           `json:"bucket_bytes"`
+	Warmup      int           `json:"warmup"`
+	Iters       int           `json:"iters"`
+	Modes       []OverlapMode `json:"modes"`
+	// Figures are each rank's median over rounds of the round's figures,
+	// then the mean over ranks; RoundFigures are rank 0's rounds.
+	Figures      OverlapFigures   `json:"figures"`
+	RoundFigures []OverlapFigures `json:"round_figures"`
 }
 
 // Mode returns the named mode's result, or a zero one.
@@ -255,36 +284,53 @@ func RunOverlap(ctx context.Context, w *gyre.Worker, job *train.Job, o OverlapOp
 			}
 		}
 	}
-	local := make([]Phases, len(OverlapModes))
-	for i, mode := range OverlapModes {
-		local[i] = medianPhases(samples[mode])
+	// Every rank summarises its own iterations: per-phase medians, and the
+	// median over rounds of each round's figures (a ratio within one round
+	// compares modes run back to back, so load that comes and goes on a
+	// shared machine hits both sides alike).
+	local := make([]float64, 0, len(OverlapModes)*len(phaseNames)+numFigures)
+	for _, mode := range OverlapModes {
+		local = append(local, medianPhases(samples[mode]).values()...)
 	}
-	ranks, err := gatherPhases(ctx, w, local)
+	rounds := make([]OverlapFigures, o.Iters)
+	for i := range rounds {
+		rounds[i] = DeriveOverlap(samples[ModeOverlap][i], samples[ModeNoOverlap][i],
+			samples[ModeCompute][i], samples[ModeComm][i])
+	}
+	local = append(local, medianFigures(rounds).values()...)
+	ranks, err := gatherRows(ctx, w, local)
 	if err != nil {
 		return OverlapReport{}, fmt.Errorf("bench: overlap: gather the medians: %w", err)
 	}
 	rep := OverlapReport{
 		Date: time.Now(), Machine: ThisMachine(), GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: w.Size(),
 		Sizes: o.Sizes(), Params: job.Model.NumParams(), Shares: w.Shares(), Warmup: o.Warmup, Iters: o.Iters,
+		RoundFigures: rounds,
 	}
 	for _, s := range rep.Shares {
 		rep.GlobalBatch += s
 	}
+	mean := meanRows(ranks)
 	for i, mode := range OverlapModes {
-		m := OverlapMode{Mode: mode, Samples: samples[mode]}
-		mean := make([]float64, len(phaseNames))
-		for _, rk := range ranks {
-			m.RankMedians = append(m.RankMedians, rk[i])
-			for j, v := range rk[i].values() {
-				mean[j] += v / float64(len(ranks))
-			}
+		m := OverlapMode{Mode: mode, Samples: samples[mode], Median: phasesOf(mean[i*len(phaseNames):])}
+		for _, row := range ranks {
+			m.RankMedians = append(m.RankMedians, phasesOf(row[i*len(phaseNames):]))
 		}
-		m.Median = phasesOf(mean)
 		rep.Modes = append(rep.Modes, m)
 	}
-	rep.Figures = DeriveOverlap(rep.Mode(ModeOverlap).Median, rep.Mode(ModeNoOverlap).Median,
-		rep.Mode(ModeCompute).Median, rep.Mode(ModeComm).Median)
+	rep.Figures = figuresOf(mean[len(OverlapModes)*len(phaseNames):])
 	return rep, nil
+}
+
+// meanRows is the mean of the rows, element by element.
+func meanRows(rows [][]float64) []float64 {
+	mean := make([]float64, len(rows[0]))
+	for _, row := range rows {
+		for j, v := range row {
+			mean[j] += v / float64(len(rows))
+		}
+	}
+	return mean
 }
 
 // overlapRun is one rank's state across the iterations.
@@ -359,18 +405,15 @@ func (r *overlapRun) iteration(ctx context.Context, mode string) (Phases, error)
 	return p, r.w.Commit()
 }
 
-// gatherPhases returns every rank's phases, indexed [rank][i]. Each rank
-// fills its own row of a zero table, and the table is allreduced with the
-// Worker's gradient allreduce, which weighs rank r's row by its share
-// b_r/B; dividing by that weight recovers the row.
-func gatherPhases(ctx context.Context, w *gyre.Worker, local []Phases) ([][]Phases, error) {
-	n, k := w.Size(), len(local)*len(phaseNames)
+// gatherRows returns every rank's row, in rank order; all rows have
+// local's length. Each rank fills its own row of a zero table, and the
+// table is allreduced with the Worker's gradient allreduce, which weighs
+// rank r's row by its share b_r/B; dividing by that weight recovers it.
+func gatherRows(ctx context.Context, w *gyre.Worker, local []float64) ([][]float64, error) {
+	n, k := w.Size(), len(local)
 	table := make([]float64, n*k)
-	row := table[w.Rank()*k:]
-	for i, p := range local {
-		copy(row[i*len(phaseNames):], p.values())
-	}
-	w.AllReduceAsync64(ctx, "overlap-medians", table)
+	copy(table[w.Rank()*k:], local)
+	w.AllReduceAsync64(ctx, "overlap-summary", table)
 	if err := w.Wait(ctx); err != nil {
 		return nil, err
 	}
@@ -378,21 +421,18 @@ func gatherPhases(ctx context.Context, w *gyre.Worker, local []Phases) ([][]Phas
 	for _, s := range shares {
 		global += s
 	}
-	out := make([][]Phases, n)
+	rows := make([][]float64, n)
 	for r := range n {
 		if shares[r] == 0 {
-			return nil, fmt.Errorf("rank %d has no samples, so its times cannot be gathered", r)
+			return nil, fmt.Errorf("rank %d has no samples, so its row cannot be gathered", r)
 		}
 		weight := float64(shares[r]) / float64(global)
-		vals := table[r*k : (r+1)*k]
-		for i := range vals {
-			vals[i] /= weight
-		}
-		for i := range local {
-			out[r] = append(out[r], phasesOf(vals[i*len(phaseNames):]))
+		rows[r] = table[r*k : (r+1)*k]
+		for i := range rows[r] {
+			rows[r][i] /= weight
 		}
 	}
-	return out, nil
+	return rows, nil
 }
 
 // WriteTable prints the report: a '#' header, one row per mode and phase
@@ -425,7 +465,8 @@ func (r *OverlapReport) WriteTable(w io.Writer) error {
 		}
 	}
 	f := r.Figures
-	p("#\n# derived (from the medians)%27s %8s %10s\n", "", "value", "target")
+	p("#\n# derived: each rank's median over rounds of the round's ratio, then the mean over ranks\n")
+	p("# %-52s %8s %10s\n", "figure", "value", "target")
 	p("%-54s %8.3f %10s %s\n", "comm/backward (comm iteration / compute backward)", f.CommOverBackward,
 		fmt.Sprintf("%.1f-%.1f", OverlapCommLow, OverlapCommHigh),
 		verdict(f.CommOverBackward >= OverlapCommLow && f.CommOverBackward <= OverlapCommHigh))
