@@ -44,7 +44,10 @@ a2=$("$cluster" addr 2)
 "$gyre" keygen --out "$out/cluster.key" 2>/dev/null
 peers="$a1:7947,$a2:7947"
 
-{ echo "rate $rate  flags: $*"; echo "load before: $(uptime)"; } > "$out/load.txt"
+# The two hosts share this machine's cores with anything else running:
+# keep the load and the busiest processes beside the results.
+load() { echo "load $1: $(uptime | sed 's/^ *//')"; ps -eo pcpu=,comm= --sort=-pcpu | grep -v ' ps$' | head -n 4 | sed 's/^/  busiest: /'; }
+{ echo "rate $rate  flags: $*"; load before; } > "$out/load.txt"
 # worker I ADDR RANK [FLAGS...]: one worker in host I, bound to its own address.
 worker() {
   i=$1 addr=$2 rank=$3; shift 3
@@ -61,11 +64,11 @@ worker 1 "$a1" 0 "$@" > "$out/rank0.txt" 2> "$out/rank0.log" || status=$?
 s1=0
 wait "$pid1" || s1=$?
 [ "$status" -ne 0 ] || status=$s1
-echo "load after: $(uptime)" >> "$out/load.txt"
+load after >> "$out/load.txt"
 
 cat "$out/rank0.txt"
 echo "# cluster: 2 hosts ($a1, $a2), each link capped at $rate both ways"
-cat "$out/load.txt" | sed 's/^/# /'
+sed 's/^/# /' "$out/load.txt"
 if [ "$status" -ne 0 ]; then
   echo "overlap-cluster: a worker failed (status $status); logs:" >&2
   tail -n 20 "$out/rank0.log" "$out/rank1.log" >&2

@@ -160,7 +160,7 @@ type OverlapMode struct {
 	Median Phases `json:"median"`
 	// RankMedians are each rank's medians, in rank order.
 	RankMedians []Phases `json:"rank_medians"`
-	// Samples are rank 0's timed iterations, in order.
+	// Samples are the reporting rank's timed iterations, in order.
 	Samples []Phases `json:"samples"`
 }
 
@@ -243,7 +243,8 @@ type OverlapReport struct {
 	Iters       int           `json:"iters"`
 	Modes       []OverlapMode `json:"modes"`
 	// Figures are each rank's median over rounds of the round's figures,
-	// then the mean over ranks; RoundFigures are rank 0's rounds.
+	// then the mean over ranks; RoundFigures are the reporting rank's
+	// rounds.
 	Figures      OverlapFigures   `json:"figures"`
 	RoundFigures []OverlapFigures `json:"round_figures"`
 }
@@ -262,8 +263,9 @@ func (r *OverlapReport) Mode(name string) OverlapMode {
 // State, and returns the report. Each round runs one iteration of every
 // mode, one after the other, so all modes see the same conditions; every
 // iteration ends at Worker.Boundary, the ranks' synchronization point,
-// which is not timed. Every rank returns the same report; Command,
-// Transport and BucketBytes are the caller's to fill.
+// which is not timed. Every rank returns the same medians and figures,
+// with its own iterations as Samples and RoundFigures; Command, Transport
+// and BucketBytes are the caller's to fill.
 func RunOverlap(ctx context.Context, w *gyre.Worker, job *train.Job, o OverlapOptions) (OverlapReport, error) {
 	if err := o.Validate(); err != nil {
 		return OverlapReport{}, err
