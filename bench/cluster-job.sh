@@ -1,0 +1,80 @@
+#!/bin/sh
+# One gyre job on N hosts of the namespace cluster: one worker per host,
+# each bound to its host's own address, every host's link capped.
+#   sh bench/cluster-job.sh CLUSTER_SH N RATE GYRE_ARGS...
+# e.g.
+#   sh bench/cluster-job.sh ../shared/cluster/cluster.sh 3 1gbit train --iters 300
+#   sh bench/cluster-job.sh ../shared/cluster/cluster.sh 2 1gbit bench allreduce --sizes 64M --compress bf16
+# CLUSTER_SH is the path of the cluster script (it needs root). RATE caps
+# each host's link both ways (tc tbf), or "off". GYRE_ARGS is the gyre
+# subcommand every worker runs; workers get the static view, their rank and
+# the cluster key through GYRE_* variables, as under `gyre launch`.
+# CLUSTER_ID=K (0-9) picks the cluster, as the cluster script reads it;
+# runs with the same id must not overlap. OUT=DIR keeps the outputs there
+# (default bench/out/cluster-TIMESTAMP/).
+#
+# It builds gyre, brings up N hosts, writes a cluster key, starts ranks N-1
+# to 1 in the background and rank 0 in the foreground, and prints rank 0's
+# output with the load before and after. The cluster is torn down on exit,
+# whatever happens.
+set -eu
+[ $# -ge 4 ] || { sed -n '2,20p' "$0" | cut -c3- >&2; exit 2; }
+cluster=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+n=$2 rate=$3
+shift 3
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-"$here/bench/out/cluster-$(date -u +%Y%m%dT%H%M%SZ)"}
+mkdir -p "$out"
+gyre="$out/gyre"
+(cd "$here" && go build -o "$gyre" ./cmd/gyre)
+
+# `up` and `rate` need ip and tc (iproute2); install them if missing.
+command -v ip >/dev/null && command -v tc >/dev/null || "$cluster" deps
+
+trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM
+"$cluster" up "$n"
+peers=""
+for i in $(seq 1 "$n"); do
+  [ "$rate" = off ] || "$cluster" rate "$i" "$rate"
+  peers="$peers${peers:+,}$("$cluster" addr "$i"):7947"
+done
+"$gyre" keygen --out "$out/cluster.key" 2>/dev/null
+
+# The hosts share this machine's cores with anything else running: keep the
+# load and the busiest processes beside the results.
+load() { echo "load $1: $(uptime | sed 's/^ *//')"; ps -eo pcpu=,comm= --sort=-pcpu | grep -v ' ps$' | head -n 4 | sed 's/^/  busiest: /'; }
+{ echo "hosts $n  rate $rate  command: gyre $*"; load before; } > "$out/load.txt"
+# worker RANK: rank RANK in host RANK+1, bound to that host's own address.
+worker() {
+  rank=$1; shift
+  addr=$("$cluster" addr $((rank + 1)))
+  "$cluster" run $((rank + 1)) env GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
+    GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
+    "$gyre" --log-level warn "$@"
+}
+pids=""
+for r in $(seq $((n - 1)) -1 1); do
+  worker "$r" "$@" > "$out/rank$r.txt" 2> "$out/rank$r.log" &
+  pids="$pids $!"
+done
+status=0
+worker 0 "$@" > "$out/rank0.txt" 2> "$out/rank0.log" || status=$?
+# A failed rank 0 leaves the others waiting for it: stop the hosts' processes.
+[ "$status" -eq 0 ] || "$cluster" down >/dev/null 2>&1 || true
+for p in $pids; do
+  s=0
+  wait "$p" || s=$?
+  [ "$status" -ne 0 ] || status=$s
+done
+load after >> "$out/load.txt"
+
+cat "$out/rank0.txt"
+echo "# cluster: $n hosts ($peers), each link capped at $rate both ways"
+sed 's/^/# /' "$out/load.txt"
+if [ "$status" -ne 0 ]; then
+  echo "cluster-job: a worker failed (status $status); logs:" >&2
+  for r in $(seq 0 $((n - 1))); do tail -n 20 "$out/rank$r.log" >&2; done
+fi
+echo "outputs in $out" >&2
+exit "$status"
