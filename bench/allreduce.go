@@ -102,6 +102,9 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 	return rep, nil
 }
 
+// SetCommand records the command line that produced the report.
+func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
+
 // WriteTable prints the report with the columns and widths of the peers in
 // ../shared/peers, so the tables can be compared line by line.
 func (r AllReduceReport) WriteTable(w io.Writer) error {

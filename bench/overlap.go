@@ -437,6 +437,9 @@ func gatherRows(ctx context.Context, w *gyre.Worker, local []float64) ([][]float
 	return rows, nil
 }
 
+// SetCommand records the command line that produced the report.
+func (r *OverlapReport) SetCommand(cmd string) { r.Command = cmd }
+
 // WriteTable prints the report: a '#' header, one row per mode and phase
 // with the median time (mean over ranks) and its spread over ranks, then
 // the derived figures against their targets.

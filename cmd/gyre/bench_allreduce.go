@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -120,6 +121,20 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 // allReduceLaunch starts the workers, then prints rank 0's report without
 // the per-rank prefixes, so the table lines up with the peers'.
 func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFlags) error {
+	var rep bench.AllReduceReport
+	err := c.launchBench(cmd, job, &rep, "allreduce",
+		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
+		"--op", fl.op, "--dtype", fl.dtype, "--compress", fl.compress, "--check="+strconv.FormatBool(fl.check),
+		"--timeout", fl.timeout.String())
+	if err != nil {
+		return err
+	}
+	return printReport(cmd, &rep, fl.jsonFile)
+}
+
+// launchBench runs `gyre bench SUB ARGS...` as the workers of a local job
+// and decodes into rep the JSON report rank 0 leaves in a file.
+func (c *cli) launchBench(cmd *cobra.Command, job launchJob, rep any, sub string, args ...string) error {
 	exe, err := c.env.executable()
 	if err != nil {
 		return fmt.Errorf("find this executable to start the workers: %w", err)
@@ -130,27 +145,36 @@ func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFla
 	}
 	defer os.RemoveAll(dir)
 	reportPath := filepath.Join(dir, "report.json")
-	argv := []string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "allreduce",
-		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
-		"--op", fl.op, "--dtype", fl.dtype, "--compress", fl.compress, "--check=" + strconv.FormatBool(fl.check),
-		"--timeout", fl.timeout.String(), "--report", reportPath}
-	if err := c.launchJob(cmd, job, argv); err != nil {
+	argv := append([]string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", sub}, args...)
+	if err := c.launchJob(cmd, job, append(argv, "--report", reportPath)); err != nil {
 		return err
 	}
 	b, err := os.ReadFile(reportPath)
 	if err != nil {
 		return fmt.Errorf("rank 0 left no report: %w", err)
 	}
-	var rep bench.AllReduceReport
-	if err := json.Unmarshal(b, &rep); err != nil {
+	if err := json.Unmarshal(b, rep); err != nil {
 		return fmt.Errorf("rank 0's report: %w", err)
 	}
-	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
+	return nil
+}
+
+// benchReport is what the launching side of a benchmark prints.
+type benchReport interface {
+	SetCommand(string)
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// printReport names the command that made rep, prints its table and, with
+// --json, writes it to jsonFile.
+func printReport(cmd *cobra.Command, rep benchReport, jsonFile string) error {
+	rep.SetCommand("gyre " + strings.Join(commandArgs(cmd), " "))
 	if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
 		return err
 	}
-	if fl.jsonFile != "" {
-		return writeJSON(fl.jsonFile, rep)
+	if jsonFile != "" {
+		return writeJSON(jsonFile, rep)
 	}
 	return nil
 }

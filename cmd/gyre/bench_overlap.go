@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -108,40 +105,16 @@ func (fl overlapFlags) options() (bench.OverlapOptions, error) {
 // overlapLaunch starts the workers, then prints rank 0's report without
 // the per-rank prefixes.
 func (c *cli) overlapLaunch(cmd *cobra.Command, job launchJob, fl overlapFlags) error {
-	exe, err := c.env.executable()
-	if err != nil {
-		return fmt.Errorf("find this executable to start the workers: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "gyre-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	reportPath := filepath.Join(dir, "report.json")
-	argv := []string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "overlap",
+	var rep bench.OverlapReport
+	err := c.launchBench(cmd, job, &rep, "overlap",
 		"--hidden", fl.hidden, "--batch", strconv.Itoa(fl.batch), "--bucket-bytes", strconv.Itoa(fl.bucketBytes),
 		"--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
 		"--model-seed", strconv.FormatUint(fl.modelSeed, 10), "--data-seed", strconv.FormatUint(fl.dataSeed, 10),
-		"--timeout", fl.timeout.String(), "--report", reportPath}
-	if err := c.launchJob(cmd, job, argv); err != nil {
-		return err
-	}
-	b, err := os.ReadFile(reportPath)
+		"--timeout", fl.timeout.String())
 	if err != nil {
-		return fmt.Errorf("rank 0 left no report: %w", err)
-	}
-	var rep bench.OverlapReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("rank 0's report: %w", err)
-	}
-	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")
-	if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
 		return err
 	}
-	if fl.jsonFile != "" {
-		return writeJSON(fl.jsonFile, &rep)
-	}
-	return nil
+	return printReport(cmd, &rep, fl.jsonFile)
 }
 
 // overlapWorker is one rank of the benchmark, configured by GYRE_* and the
