@@ -14,19 +14,22 @@ import (
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
-var otherSizes = []int{1, 2, 3, 5, 8}
+// otherSizes are the world sizes of the correctness matrix.
+var otherSizes = []int{1, 2, 3, 4, 5, 7, 8, 16}
 
 func TestReduceScatterReference(t *testing.T) {
 	for _, n := range otherSizes {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 64 })
 			rng := rand.New(rand.NewPCG(uint64(n), 7))
-			for _, length := range []int{0, 1, n + 1, 1009} {
-				for _, op := range []wire.Op{wire.OpSum, wire.OpMax, wire.OpAvg} {
+			for _, length := range []int{0, 1, max(n-1, 0), n + 1, 1009} {
+				for _, op := range []wire.Op{wire.OpSum, wire.OpMin, wire.OpMax, wire.OpAvg} {
 					t.Run(fmt.Sprintf("len=%d/%v", length, op), func(t *testing.T) {
+						testReduceScatter[float32](t, cl.comms, rng, op, length)
 						testReduceScatter[float64](t, cl.comms, rng, op, length)
 						if op != wire.OpAvg {
 							testReduceScatter[int32](t, cl.comms, rng, op, length)
+							testReduceScatter[int64](t, cl.comms, rng, op, length)
 						}
 					})
 				}
@@ -83,7 +86,7 @@ func TestBroadcastReference(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 64 })
 			rng := rand.New(rand.NewPCG(uint64(n), 9))
-			for _, length := range []int{0, 1, 1009} {
+			for _, length := range []int{0, 1, max(n-1, 0), n + 1, 1009} {
 				for root := range n {
 					t.Run(fmt.Sprintf("len=%d/root=%d", length, root), func(t *testing.T) {
 						bufs := randomInputs[float32](rng, n, length)
