@@ -110,10 +110,20 @@ func FromFP16(h uint16) float32 {
 // Serial slice loops. The caller checks lengths; dst and src have equal
 // length here.
 
-func encodeBF16(dst []uint16, src []float32) {
+// encodeBF16 is ToBF16 over a slice, with src given as float32 bit
+// patterns (loading them as integers saves a move out of the floating-point
+// registers per element). Both the rounded and the NaN result are computed
+// and one is selected (the compiler emits CMOV), instead of ToBF16's early
+// return.
+func encodeBF16(dst []uint16, src []uint32) {
 	src = src[:len(dst)]
 	for i := range dst {
-		dst[i] = ToBF16(src[i])
+		b := src[i]
+		r := (b + 0x7fff + (b>>16)&1) >> 16
+		if b&0x7fffffff > 0x7f800000 {
+			r = b>>16 | 0x0040 // quiet NaN
+		}
+		dst[i] = uint16(r)
 	}
 }
 

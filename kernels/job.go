@@ -84,7 +84,7 @@ func run(j *job) {
 	case kReduceFP16:
 		reduceFP16(j.op, slice[float32](j.dst, n), slice[uint16](j.src, n))
 	case kEncodeBF16:
-		encodeBF16(slice[uint16](j.dst, n), slice[float32](j.src, n))
+		encodeBF16(slice[uint16](j.dst, n), slice[uint32](j.src, n))
 	case kDecodeBF16:
 		decodeBF16(slice[float32](j.dst, n), slice[uint16](j.src, n))
 	case kEncodeFP16:
