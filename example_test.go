@@ -42,3 +42,43 @@ func ExampleNewTransport() {
 	fmt.Printf("seq %d: %s\n", h.Seq, buf[:n])
 	// Output: seq 1: gradients
 }
+
+// A one-worker job runs the iteration loop every trainer follows: the
+// Worker hands out the batch (iterations 0 and 1 cover the 8 samples of the
+// first epoch once; iteration 2 starts the second epoch's permutation),
+// averages the gradient and keeps the state it can restore. Under `gyre launch` the same code runs on every worker,
+// with the Config read from the environment.
+func ExampleJoin() {
+	key, _ := secret.Generate()
+	cfg := gyre.Config{Key: key.Hex(), DataAddr: "127.0.0.1:0", GlobalBatch: 4, DatasetSize: 8, RNGSeed: 1}
+	weights := []float64{0, 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(gyre.NewState().Float64("weights", weights)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	for w.Iter() < 3 {
+		b := w.Batch()
+		grad := []float64{-1, float64(len(b.Indices))} // the mean gradient over b.Indices
+		w.AllReduceAsync64(ctx, "grad", grad)
+		if err := w.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+		for i := range weights {
+			weights[i] -= 0.5 * grad[i]
+		}
+		if _, err := w.Boundary(ctx); err != nil {
+			log.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("iteration %d: samples %v, weights %v\n", b.Iter, b.Indices, weights)
+	}
+	// Output:
+	// iteration 0: samples [5 3 1 2], weights [0.5 -2]
+	// iteration 1: samples [6 7 0 4], weights [1 -4]
+	// iteration 2: samples [6 3 2 1], weights [1.5 -6]
+}
