@@ -10,11 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -26,8 +26,9 @@ var (
 	// iteration or a boundary decision. Every worker gets it together,
 	// since all of them compare the same gathered table.
 	ErrDiverged = errors.New("gyre: workers diverged")
-	// ErrPending means Boundary, Commit or Restore was called while
-	// gradients submitted with AllReduceAsync were still unfinished.
+	// ErrPending means Boundary, Commit, Restore, AllGather64 or Leave was
+	// called while gradients submitted with AllReduceAsync were still
+	// unfinished.
 	ErrPending = errors.New("gyre: gradients pending: call Wait first")
 	// ErrClosed is returned by a Worker after Close or Leave.
 	ErrClosed = errors.New("gyre: worker closed")
@@ -179,9 +180,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		}
 		w.ownT = true
 	}
-	ok := false
+	joined := false
 	defer func() {
-		if !ok {
+		if !joined {
 			w.Close()
 		}
 	}()
@@ -219,7 +220,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	w.log.Info().Int("world", len(w.members)).Int64("iter", w.iter).Msg("joined")
-	ok = true
+	joined = true
 	return w, nil
 }
 
@@ -349,9 +350,9 @@ func (w *Worker) AllReduceAsync64(ctx context.Context, name string, grad []float
 // submit weighs grad and hands it to the worker's fuser for T, made on
 // first use.
 func submit[T float32 | float64](ctx context.Context, w *Worker, name string, fuser **ring.Fuser[T], grad []T) *Handle {
-	var zero T
+	_, is32 := any(grad).([]float32)
 	gradType := "float64"
-	if unsafe.Sizeof(zero) == 4 {
+	if is32 {
 		gradType = "float32"
 	}
 	if err := w.useGradType(gradType); err != nil {
@@ -359,7 +360,7 @@ func submit[T float32 | float64](ctx context.Context, w *Worker, name string, fu
 	}
 	if *fuser == nil {
 		fc := ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}
-		if gradType == "float32" {
+		if is32 {
 			fc.Compress = compressions[w.cfg.Compress]
 		}
 		f, err := ring.NewFuser[T](w.comm, fc)
@@ -380,10 +381,7 @@ func weigh[T float32 | float64](grad []T, share, global int) {
 		clear(grad)
 		return
 	}
-	a := T(float64(share) / float64(global))
-	for i := range grad {
-		grad[i] *= a
-	}
+	kernels.Scale(grad, T(float64(share)/float64(global)))
 }
 
 func (w *Worker) useGradType(t string) error {
@@ -477,6 +475,27 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	w.iter++
 	w.started, w.compute = time.Time{}, 0
 	return Change{Iter: w.iter, View: w.View(), Shares: w.Shares()}, nil
+}
+
+// AllGather64 gives every worker every worker's row, in rank order: an
+// unweighted collective for metrics and reports (losses, timings), unlike
+// AllReduceAsync, which weighs gradients by share. Every worker passes a
+// row of the same length; it needs no gradients pending, as Boundary.
+func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, error) {
+	if err := w.idle(); err != nil {
+		return nil, err
+	}
+	n, k := len(w.members), len(row)
+	table := make([]float64, n*k)
+	copy(table[w.cfg.Rank*k:], row)
+	if err := ring.AllGather(ctx, w.comm, table); err != nil {
+		return nil, fmt.Errorf("gyre: allgather: %w", err)
+	}
+	rows := make([][]float64, n)
+	for r := range rows {
+		rows[r] = table[r*k : (r+1)*k : (r+1)*k]
+	}
+	return rows, nil
 }
 
 // decisionDigest hashes the view and shares this worker will use next.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/mem"
 	"github.com/gyre-ml/gyre/transport/transporttest"
@@ -403,5 +404,51 @@ func TestCompressedGradients(t *testing.T) {
 		if !slices.Equal(grads[r], grads[0]) {
 			t.Fatalf("rank %d differs from rank 0", r)
 		}
+	}
+}
+
+// TestAllGather64 checks the unweighted gather: every worker gets every
+// row as given, whatever the shares (one of them 0); rows of different
+// lengths fail on every worker; and it refuses to run with gradients
+// pending.
+func TestAllGather64(t *testing.T) {
+	ws := cluster{n: 3, adjust: func(_ int, c *Config) { c.Shares = []int{5, 0, 3} }}.mustStart(t)
+	gather := func(row func(r int) []float64) ([][][]float64, []error) {
+		got := make([][][]float64, len(ws))
+		errs := each(ws, func(r int, w *Worker) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var err error
+			got[r], err = w.AllGather64(ctx, row(r))
+			return err
+		})
+		return got, errs
+	}
+	got, errs := gather(func(r int) []float64 { return []float64{float64(r), float64(10 * r)} })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range ws {
+		for q, row := range got[r] {
+			if !slices.Equal(row, []float64{float64(q), float64(10 * q)}) {
+				t.Fatalf("rank %d got row %d = %v", r, q, row)
+			}
+		}
+	}
+	_, errs = gather(func(r int) []float64 { return make([]float64, 2+r%2) })
+	for r, err := range errs {
+		if !errors.Is(err, ring.ErrMismatch) && !errors.Is(err, ring.ErrAborted) {
+			t.Errorf("rank %d: rows of different lengths gave %v, want a mismatch", r, err)
+		}
+	}
+	w := cluster{n: 1}.mustStart(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.AllReduceAsync(ctx, "g", []float32{1})
+	if _, err := w.AllGather64(ctx, []float64{1}); !errors.Is(err, ErrPending) {
+		t.Fatalf("AllGather64 with gradients pending = %v, want ErrPending", err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
