@@ -140,17 +140,23 @@ func phasesOf(v []float64) Phases {
 
 // medianPhases is the median of each phase over samples, taken apart.
 func medianPhases(samples []Phases) Phases {
-	cols := make([][]float64, len(phaseNames))
-	for _, s := range samples {
-		for i, v := range s.values() {
-			cols[i] = append(cols[i], v)
+	return phasesOf(columnMedians(samples, len(phaseNames), Phases.values))
+}
+
+// columnMedians is the median of each of the n columns of the rows values
+// gives.
+func columnMedians[T any](rows []T, n int, values func(T) []float64) []float64 {
+	cols := make([][]float64, n)
+	for _, row := range rows {
+		for i, x := range values(row) {
+			cols[i] = append(cols[i], x)
 		}
 	}
 	med := make([]float64, len(cols))
 	for i, c := range cols {
 		med[i] = Median(c)
 	}
-	return phasesOf(med)
+	return med
 }
 
 // OverlapMode is one mode's result.
@@ -212,17 +218,7 @@ func figuresOf(v []float64) OverlapFigures {
 
 // medianFigures is the median of each figure over rounds, taken apart.
 func medianFigures(rounds []OverlapFigures) OverlapFigures {
-	cols := make([][]float64, numFigures)
-	for _, f := range rounds {
-		for i, v := range f.values() {
-			cols[i] = append(cols[i], v)
-		}
-	}
-	med := make([]float64, numFigures)
-	for i, c := range cols {
-		med[i] = Median(c)
-	}
-	return figuresOf(med)
+	return figuresOf(columnMedians(rounds, numFigures, OverlapFigures.values))
 }
 
 // OverlapReport is the result of RunOverlap, complete on every rank.
@@ -300,7 +296,7 @@ func RunOverlap(ctx context.Context, w *gyre.Worker, job *train.Job, o OverlapOp
 			samples[ModeCompute][i], samples[ModeComm][i])
 	}
 	local = append(local, medianFigures(rounds).values()...)
-	ranks, err := gatherRows(ctx, w, local)
+	ranks, err := w.AllGather64(ctx, local)
 	if err != nil {
 		return OverlapReport{}, fmt.Errorf("bench: overlap: gather the medians: %w", err)
 	}
@@ -405,36 +401,6 @@ func (r *overlapRun) iteration(ctx context.Context, mode string) (Phases, error)
 		return p, err
 	}
 	return p, r.w.Commit()
-}
-
-// gatherRows returns every rank's row, in rank order; all rows have
-// local's length. Each rank fills its own row of a zero table, and the
-// table is allreduced with the Worker's gradient allreduce, which weighs
-// rank r's row by its share b_r/B; dividing by that weight recovers it.
-func gatherRows(ctx context.Context, w *gyre.Worker, local []float64) ([][]float64, error) {
-	n, k := w.Size(), len(local)
-	table := make([]float64, n*k)
-	copy(table[w.Rank()*k:], local)
-	w.AllReduceAsync64(ctx, "overlap-summary", table)
-	if err := w.Wait(ctx); err != nil {
-		return nil, err
-	}
-	shares, global := w.Shares(), 0
-	for _, s := range shares {
-		global += s
-	}
-	rows := make([][]float64, n)
-	for r := range n {
-		if shares[r] == 0 {
-			return nil, fmt.Errorf("rank %d has no samples, so its row cannot be gathered", r)
-		}
-		weight := float64(shares[r]) / float64(global)
-		rows[r] = table[r*k : (r+1)*k]
-		for i := range rows[r] {
-			rows[r][i] /= weight
-		}
-	}
-	return rows, nil
 }
 
 // SetCommand records the command line that produced the report.
