@@ -159,9 +159,10 @@ func (c Config) withDefaults() Config {
 // byte size.
 //
 // A call whose arguments are invalid on their own (ErrInvalid: an unknown
-// dtype, a misaligned buffer, compression of data other than float32) is rejected before it takes a sequence number
-// or sends anything, so the other ranks fail that collective by deadline
-// and the Comm should be rebuilt. A call whose context has already ended
+// dtype, a misaligned buffer, compression of data other than float32) is
+// rejected before it takes a sequence number or sends anything, so the
+// other ranks fail that collective by deadline and the Comm should be
+// rebuilt. A call whose context has already ended
 // does take its sequence number and aborts the peers at once.
 //
 // Close stops the Comm's goroutines; it does not close the transport, which
