@@ -103,9 +103,6 @@ func (s *State) fail(err error) {
 // Err returns the first registration error, if any.
 func (s *State) Err() error { return s.err }
 
-// Committed reports whether Commit has run, and the iteration it recorded.
-func (s *State) Committed() (iter int64, ok bool) { return s.iter, s.committed }
-
 // commit copies every value aside, with iter, the next iteration to run.
 func (s *State) commit(iter int64) error {
 	for i := range s.entries {
