@@ -27,6 +27,11 @@ type Config struct {
 	Members []transport.PeerID
 	// Rank is this worker's index in Members.
 	Rank int
+	// Channel is the transport channel that carries the Comm's messages
+	// and abort markers. Default transport.ChanData. Comms on different
+	// channels over the same transports run independently, so a control
+	// Comm keeps working after a data collective was cut off mid-message.
+	Channel transport.Channel
 	// ChunkBytes is the pipeline chunk size in bytes. Default 1 MiB.
 	ChunkBytes int
 	// SmallBytes is the allreduce size, in bytes, below which recursive
@@ -67,6 +72,8 @@ func (c *Config) Validate() error {
 		return invalid("base timeout %v < 0", c.BaseTimeout)
 	case c.MaxTimeout < 0:
 		return invalid("max timeout %v < 0", c.MaxTimeout)
+	case c.Channel >= transport.NumChannels:
+		return invalid("channel %v", c.Channel)
 	case n > math.MaxUint32:
 		return invalid("%d members", n)
 	}

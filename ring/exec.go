@@ -191,7 +191,7 @@ func (o *op) walkSends() error {
 				return err
 			}
 		}
-		if err := c.t.Send(c.ctx, c.members[x.Peer], transport.ChanData, h, payload); err != nil {
+		if err := c.t.Send(c.ctx, c.members[x.Peer], c.cfg.Channel, h, payload); err != nil {
 			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
 				return ce
 			}
@@ -272,7 +272,7 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 	c := o.c
 	peer := c.members[x.Peer]
 	for {
-		h, n, err := c.t.Recv(c.ctx, peer, transport.ChanData, buf)
+		h, n, err := c.t.Recv(c.ctx, peer, c.cfg.Channel, buf)
 		if err != nil && !errors.Is(err, wire.ErrShortBuffer) {
 			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
 				return ce
@@ -584,7 +584,7 @@ func (c *Comm) fail(o *op, err error) {
 		}
 	}
 	for _, r := range order {
-		if serr := c.t.Send(ctx, c.members[r], transport.ChanData, h, nil); serr != nil {
+		if serr := c.t.Send(ctx, c.members[r], c.cfg.Channel, h, nil); serr != nil {
 			c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
 		}
 	}
