@@ -53,7 +53,7 @@ func (w *Worker) StartSpan(kind SpanKind) (end func()) {
 	if w.hooks.Span == nil {
 		return func() {}
 	}
-	s := Span{Kind: kind, Iter: w.iter, Rank: w.cfg.Rank, Start: time.Now()}
+	s := Span{Kind: kind, Iter: w.iter, Rank: w.cur.rank, Start: time.Now()}
 	return func() {
 		s.End = time.Now()
 		w.hooks.Span(s)

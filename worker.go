@@ -115,32 +115,39 @@ func WithHooks(h Hooks) Option { return func(o *options) { o.hooks = h } }
 // connected to its peers with its state equal to rank 0's; the trainer then
 // loops over iterations (see the package documentation).
 //
-// Batch, AllReduceAsync, Wait, Boundary, Commit, Restore and Abandon are
-// meant for the trainer's goroutine, in that order within an iteration;
-// they are not safe for concurrent use. Handle.Wait and Close are.
+// Batch, AllReduceAsync, Wait, Boundary, Commit, Restore, Abandon and
+// Leave are meant for the trainer's goroutine, in that order within an
+// iteration; they are not safe for concurrent use. Handle.Wait and Close
+// are safe from any goroutine.
 type Worker struct {
 	cfg     Config
 	log     zerolog.Logger
 	t       transport.Transport
 	ownT    bool
-	members []transport.PeerID
-	view    View
-	comm    *ring.Comm
 	state   *State
 	sampler *Sampler
 	hooks   Hooks
 
+	// life ends at Close. Buckets flushed by Wait run under it, so a Wait
+	// that gives up early never cancels a collective the peers are in.
+	life context.Context
+	stop context.CancelFunc
+
+	// mu guards cur against Close. The trainer's goroutine reads cur
+	// without it, since only that goroutine replaces it.
+	mu  sync.Mutex
+	cur *viewState
+
 	iter    int64
-	shares  []int
 	batch   []int64
 	started time.Time     // when the iteration's Batch was taken
 	compute time.Duration // the iteration's compute time, up to Wait
 
-	gradType string // "float32" or "float64", fixed by the first AllReduceAsync
-	f32      *ring.Fuser[float32]
-	f64      *ring.Fuser[float64]
-	pending  []*Handle
-	failed   error // the iteration's first collective failure
+	gradType  string // "float32" or "float64", fixed by the first AllReduceAsync
+	pending   []*Handle
+	failed    error     // the iteration's first collective failure
+	nextCheck int64     // the iteration whose boundary next checks the state digests
+	lastVote  time.Time // when the previous boundary (or Join) ended
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -149,9 +156,11 @@ type Worker struct {
 // Join starts a worker: it builds the data-plane transport (unless
 // WithTransport gives one), connects to every member of the static view in
 // cfg.Peers, checks that every worker registered the same state and batch
-// settings, broadcasts rank 0's state to all, and commits it. It blocks
-// until every member has joined, ctx ends, or Config.JoinTimeout passes if
-// ctx has no deadline.
+// settings, broadcasts rank 0's state to all, confirms that every worker
+// now holds the same state, and commits it. It blocks until every member
+// has joined, ctx ends, or Config.JoinTimeout passes if ctx has no
+// deadline. A failure found by the comparisons (ErrDiverged) is returned
+// by every worker.
 func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	var o options
 	for _, opt := range opts {
@@ -173,7 +182,8 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Int("rank", cfg.Rank).Logger(),
-		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, shares: slices.Clone(cfg.Shares)}
+		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks}
+	w.life, w.stop = context.WithCancel(context.Background())
 	if w.t == nil {
 		if w.t, err = NewTransport(cfg); err != nil {
 			return nil, err
@@ -195,31 +205,34 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if len(peers) == 0 {
 		peers = []string{cfg.Name}
 	}
-	w.members = make([]transport.PeerID, len(peers))
-	for i, p := range peers {
-		w.members[i] = transport.PeerID(p) // in the static view a worker's name is its address
-	}
-	if w.members[cfg.Rank] != transport.PeerID(cfg.Name) {
+	if peers[cfg.Rank] != cfg.Name {
 		return nil, fmt.Errorf("%w: Name %q must be this worker's address in Peers, %q", ErrConfig, cfg.Name, peers[cfg.Rank])
 	}
-	w.view = View{Epoch: 1, Members: slices.Clone(peers)}
-	if err := ConnectAll(ctx, w.t, w.members, cfg.Rank); err != nil {
+	// In the static view a worker's name is its address.
+	view := View{Epoch: 1, Members: peers}
+	ids := make([]transport.PeerID, len(peers))
+	for i, p := range peers {
+		ids[i] = transport.PeerID(p)
+	}
+	if err := ConnectAll(ctx, w.t, ids, cfg.Rank); err != nil {
 		return nil, err
 	}
-	w.comm, err = ring.NewComm(w.t, ring.Config{Epoch: w.view.Epoch, Members: w.members, Rank: cfg.Rank, Logger: cfg.Logger})
+	vs, err := w.newViewState(view, cfg.Rank, cfg.Shares, 0)
 	if err != nil {
 		return nil, err
 	}
+	w.cur = vs
 	if err := w.agree(ctx); err != nil {
 		return nil, err
 	}
-	if err := w.syncState(ctx); err != nil {
+	if err := w.confirm(ctx, w.syncState(ctx)); err != nil {
 		return nil, err
 	}
 	if err := w.state.commit(w.iter); err != nil {
 		return nil, err
 	}
-	w.log.Info().Int("world", len(w.members)).Int64("iter", w.iter).Msg("joined")
+	w.nextCheck, w.lastVote = w.iter, time.Now()
+	w.log.Info().Int("world", len(peers)).Int64("iter", w.iter).Msg("joined")
 	joined = true
 	return w, nil
 }
@@ -228,23 +241,43 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 // same batch settings, so that a misconfigured worker fails Join on every
 // worker instead of training on different data.
 func (w *Worker) agree(ctx context.Context) error {
-	n := len(w.members)
-	table := make([]int64, 2*n)
-	table[2*w.cfg.Rank] = int64(w.state.layout())
-	table[2*w.cfg.Rank+1] = int64(w.settingsDigest())
-	if err := ring.AllGather(ctx, w.comm, table); err != nil {
-		return fmt.Errorf("gyre: join: compare settings: %w", err)
+	vs := w.cur
+	recs, err := w.vote(ctx, vs, record{kind: kindSettings, iter: -1, layout: w.state.layout(), decision: w.settingsDigest()})
+	if err != nil {
+		return err
 	}
 	var errs []error
-	for r := 1; r < n; r++ {
-		if table[2*r] != table[0] {
-			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r))
+	for r, rec := range recs[1:] {
+		if rec.layout != recs[0].layout {
+			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r+1))
 		}
-		if table[2*r+1] != table[1] {
-			errs = append(errs, fmt.Errorf("%w: rank %d has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0", ErrDiverged, r))
+		if rec.decision != recs[0].decision {
+			errs = append(errs, fmt.Errorf("%w: rank %d has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0", ErrDiverged, r+1))
 		}
 	}
-	return errors.Join(errs...)
+	return w.settle(ctx, vs, errors.Join(errs...))
+}
+
+// confirm makes the outcome of the state broadcast known to every worker,
+// the root included, whose part of a broadcast can end before the others
+// receive theirs, and checks that every worker now holds the same state.
+func (w *Worker) confirm(ctx context.Context, syncErr error) error {
+	vs := w.cur
+	rec := record{kind: kindSynced, iter: -1, status: statusOf(syncErr)}
+	var err error
+	if syncErr == nil {
+		if rec.digest, rec.hashNs, err = w.digestState(true); err != nil {
+			return err
+		}
+	}
+	recs, err := w.vote(ctx, vs, rec)
+	if err != nil {
+		return errors.Join(syncErr, err)
+	}
+	if fe := failures(recs, -1, syncErr); fe != nil {
+		return w.settle(ctx, vs, fmt.Errorf("gyre: join: broadcast of rank 0's state: %w", fe))
+	}
+	return w.settle(ctx, vs, errors.Join(divergedStates(recs)...))
 }
 
 // settingsDigest hashes the settings every worker must share.
@@ -254,7 +287,7 @@ func (w *Worker) settingsDigest() uint64 {
 	put(uint64(w.cfg.GlobalBatch))
 	put(w.cfg.RNGSeed)
 	put(uint64(w.cfg.DatasetSize))
-	for _, s := range w.shares {
+	for _, s := range w.cur.shares {
 		put(uint64(s))
 	}
 	return h.Sum64()
@@ -263,68 +296,71 @@ func (w *Worker) settingsDigest() uint64 {
 // syncState broadcasts rank 0's tensors, metadata and iteration to every
 // worker, as Horovod's broadcast_parameters does, so all start identical.
 func (w *Worker) syncState(ctx context.Context) error {
+	vs := w.cur
 	var blob []byte
-	if w.cfg.Rank == 0 {
+	if vs.rank == 0 {
 		var err error
 		if blob, err = w.state.marshalMeta(); err != nil {
 			return err
 		}
 	}
 	head := []int64{w.iter, int64(len(blob))}
-	if err := ring.Broadcast(ctx, w.comm, 0, head); err != nil {
+	if err := ring.Broadcast(ctx, vs.data, 0, head); err != nil {
 		return fmt.Errorf("gyre: join: broadcast state: %w", err)
 	}
 	w.iter = head[0]
-	if w.cfg.Rank != 0 {
+	if vs.rank != 0 {
 		blob = make([]byte, head[1])
 	}
 	for _, e := range w.state.entries {
 		var err error
 		switch e.kind {
 		case kindF32:
-			err = ring.Broadcast(ctx, w.comm, 0, e.f32)
+			err = ring.Broadcast(ctx, vs.data, 0, e.f32)
 		case kindF64:
-			err = ring.Broadcast(ctx, w.comm, 0, e.f64)
+			err = ring.Broadcast(ctx, vs.data, 0, e.f64)
 		}
 		if err != nil {
 			return fmt.Errorf("gyre: join: broadcast %q: %w", e.name, err)
 		}
 	}
 	if len(blob) > 0 {
-		if err := w.comm.Broadcast(ctx, 0, wire.DTypeBytes, blob); err != nil {
+		if err := vs.data.Broadcast(ctx, 0, wire.DTypeBytes, blob); err != nil {
 			return fmt.Errorf("gyre: join: broadcast metadata: %w", err)
 		}
 	}
-	if w.cfg.Rank != 0 {
+	if vs.rank != 0 {
 		return w.state.unmarshalMeta(blob)
 	}
 	return nil
 }
 
 // Rank returns this worker's rank in the current view.
-func (w *Worker) Rank() int { return w.cfg.Rank }
+func (w *Worker) Rank() int { return w.cur.rank }
 
 // Size returns the number of workers in the current view.
-func (w *Worker) Size() int { return len(w.members) }
+func (w *Worker) Size() int { return len(w.cur.ids) }
 
 // Iter returns the current iteration.
 func (w *Worker) Iter() int64 { return w.iter }
 
 // View returns the current view.
 func (w *Worker) View() View {
-	return View{Epoch: w.view.Epoch, Members: slices.Clone(w.view.Members)}
+	v := w.cur.view
+	return View{Epoch: v.Epoch, Members: slices.Clone(v.Members)}
 }
 
 // Shares returns the per-rank batch shares of the current iteration.
-func (w *Worker) Shares() []int { return slices.Clone(w.shares) }
+func (w *Worker) Shares() []int { return slices.Clone(w.cur.shares) }
 
 // Batch returns this worker's part of the current iteration's batch, and
 // starts the iteration's compute clock.
 func (w *Worker) Batch() Batch {
+	vs := w.cur
 	w.started = time.Now()
-	start, count := Positions(w.iter, w.shares, w.cfg.Rank)
+	start, count := Positions(w.iter, vs.shares, vs.rank)
 	w.batch = w.sampler.Indices(w.batch[:0], start, count)
-	return Batch{Iter: w.iter, Global: w.cfg.GlobalBatch, Share: w.shares[w.cfg.Rank], Start: start, Indices: w.batch}
+	return Batch{Iter: w.iter, Global: w.cfg.GlobalBatch, Share: vs.shares[vs.rank], Start: start, Indices: w.batch}
 }
 
 // AllReduceAsync submits grad, this worker's mean gradient over its own
@@ -336,41 +372,27 @@ func (w *Worker) Batch() Batch {
 // by submission order and size, as DDP does, so every worker must submit
 // the same tensors in the same order. A worker uses one gradient type:
 // float32 here or float64 (AllReduceAsync64), not both. Config.Compress
-// sends float32 gradients as bf16 or fp16, summed in float32.
+// sends float32 gradients as bf16 or fp16, summed in float32. ctx bounds
+// the collective of the bucket this call fills, if any; cancelling it
+// fails that collective on every worker.
 func (w *Worker) AllReduceAsync(ctx context.Context, name string, grad []float32) *Handle {
-	return submit(ctx, w, name, &w.f32, grad)
+	return submit(ctx, w, name, "float32", w.cur.f32, grad)
 }
 
 // AllReduceAsync64 is AllReduceAsync for float64 gradients. Config.Compress
 // does not apply to them.
 func (w *Worker) AllReduceAsync64(ctx context.Context, name string, grad []float64) *Handle {
-	return submit(ctx, w, name, &w.f64, grad)
+	return submit(ctx, w, name, "float64", w.cur.f64, grad)
 }
 
-// submit weighs grad and hands it to the worker's fuser for T, made on
-// first use.
-func submit[T float32 | float64](ctx context.Context, w *Worker, name string, fuser **ring.Fuser[T], grad []T) *Handle {
-	_, is32 := any(grad).([]float32)
-	gradType := "float64"
-	if is32 {
-		gradType = "float32"
-	}
+// submit weighs grad and hands it to the view's fuser for T.
+func submit[T float32 | float64](ctx context.Context, w *Worker, name, gradType string, fuser *ring.Fuser[T], grad []T) *Handle {
 	if err := w.useGradType(gradType); err != nil {
 		return w.failedHandle(name, err)
 	}
-	if *fuser == nil {
-		fc := ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}
-		if is32 {
-			fc.Compress = compressions[w.cfg.Compress]
-		}
-		f, err := ring.NewFuser[T](w.comm, fc)
-		if err != nil {
-			return w.failedHandle(name, err)
-		}
-		*fuser = f
-	}
-	weigh(grad, w.shares[w.cfg.Rank], w.cfg.GlobalBatch)
-	return w.track(&Handle{h: (*fuser).AllReduceAsync(ctx, grad)})
+	vs := w.cur
+	weigh(grad, vs.shares[vs.rank], w.cfg.GlobalBatch)
+	return w.track(&Handle{h: fuser.AllReduceAsync(ctx, grad)})
 }
 
 // weigh scales a local mean gradient by share/global. A share of 0 gives
@@ -408,11 +430,15 @@ func (w *Worker) failedHandle(name string, err error) *Handle {
 // Wait flushes the open gradient bucket and waits for every gradient
 // submitted in this iteration. It returns the first failure. The time from
 // Batch to Wait counts as the iteration's compute time.
+//
+// If ctx ends first, Wait returns ctx's error and only the wait ends: the
+// collectives go on under the worker's own lifetime, so the peers are not
+// aborted, and a later Wait, Abandon or Boundary picks them up.
 func (w *Worker) Wait(ctx context.Context) error {
 	if !w.started.IsZero() {
 		w.compute = time.Since(w.started)
 	}
-	w.flush(ctx)
+	w.flush()
 	var first error
 	for _, h := range w.pending {
 		if err := h.Wait(ctx); err != nil && first == nil {
@@ -429,52 +455,86 @@ func (w *Worker) Wait(ctx context.Context) error {
 	return first
 }
 
-func (w *Worker) flush(ctx context.Context) {
-	if w.f32 != nil {
-		w.f32.Flush(ctx)
-	}
-	if w.f64 != nil {
-		w.f64.Flush(ctx)
-	}
+// flush sends the open buckets under the worker's lifetime context.
+func (w *Worker) flush() {
+	vs := w.cur
+	vs.f32.Flush(w.life)
+	vs.f64.Flush(w.life)
 }
 
-// Boundary ends the current iteration. Every worker contributes a record
-// (iteration, share, compute time, a digest of its view and shares) to one
-// allgather; all compare the same table, so a worker that diverged makes
-// every worker fail with ErrDiverged. It then advances to the next
-// iteration and returns what changed for it. With the static view nothing
-// changes; a collective that failed in the iteration is returned as an
-// error, since a lost worker cannot be replaced yet.
+// Boundary ends the current iteration with a vote that every worker joins,
+// including one whose collectives failed. Each contributes a record
+// (iteration, share, compute time, whether its collectives completed, a
+// digest of the view and shares it will use next, and at the iterations
+// where the state is checked, a digest of the state about to be
+// committed) to one allgather on the control channel, apart from the
+// gradients. All judge the same table, so every worker returns the same
+// outcome:
+//   - every worker completed and agrees: Boundary advances to the next
+//     iteration and returns what changed for it;
+//   - some worker's collective failed: every worker returns an
+//     *IterationError naming the failed ranks (ErrIterationFailed);
+//   - workers disagree about the iteration, shares, decision or state:
+//     every worker returns ErrDiverged naming the ranks;
+//   - a worker died or froze: every survivor returns a *PeerLostError
+//     naming its rank (ErrPeerLost).
+//
+// Failed outcomes leave the iteration where it was. Until recovery from a
+// lost worker exists, Change.Redo is false and those outcomes are errors.
+//
+// The state is hashed at every boundary while hashing costs at most 1% of
+// the iteration's compute time; for larger models it is checked every K
+// iterations, K chosen from the table so that it stays within that budget.
 func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if err := w.idle(); err != nil {
 		return Change{}, err
 	}
-	if w.failed != nil {
-		return Change{}, fmt.Errorf("gyre: iteration %d failed: %w", w.iter, w.failed)
-	}
-	n := len(w.members)
-	const fields = 4
-	table := make([]int64, fields*n)
-	rec := table[fields*w.cfg.Rank:]
-	rec[0], rec[1], rec[2], rec[3] = w.iter, int64(w.shares[w.cfg.Rank]), int64(w.compute), int64(w.decisionDigest())
-	if err := ring.AllGather(ctx, w.comm, table); err != nil {
-		w.failed = err
-		return Change{}, fmt.Errorf("gyre: boundary of iteration %d: %w", w.iter, err)
-	}
-	for r := range n {
-		other := table[fields*r:]
-		switch {
-		case other[0] != w.iter:
-			return Change{}, fmt.Errorf("%w: rank %d ended iteration %d, this worker %d", ErrDiverged, r, other[0], w.iter)
-		case other[1] != int64(w.shares[r]):
-			return Change{}, fmt.Errorf("%w: rank %d used share %d, expected %d", ErrDiverged, r, other[1], w.shares[r])
-		case other[3] != rec[3]:
-			return Change{}, fmt.Errorf("%w: rank %d decided a different view or shares", ErrDiverged, r)
+	vs := w.cur
+	rec := record{kind: kindBoundary, iter: w.iter, share: int64(vs.shares[vs.rank]), compute: int64(w.compute),
+		decision: w.decisionDigest(), status: statusOf(w.failed), wall: int64(time.Since(w.lastVote))}
+	if w.failed == nil {
+		var err error
+		if rec.digest, rec.hashNs, err = w.digestState(w.iter >= w.nextCheck); err != nil {
+			return Change{}, err
 		}
 	}
+	recs, err := w.vote(ctx, vs, rec)
+	if err != nil {
+		return Change{}, err
+	}
+	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
+		return Change{}, err
+	}
+	if rec.digest != 0 {
+		w.nextCheck = w.iter + checkInterval(recs)
+	}
 	w.iter++
-	w.started, w.compute = time.Time{}, 0
+	w.started, w.compute, w.lastVote = time.Time{}, 0, time.Now()
 	return Change{Iter: w.iter, View: w.View(), Shares: w.Shares()}, nil
+}
+
+// judge returns the verdict on a boundary's table: nil if every worker
+// completed the same iteration with the same decision and state.
+func (w *Worker) judge(recs []record, own record) error {
+	if fe := failures(recs, w.iter, w.failed); fe != nil {
+		return fe
+	}
+	vs := w.cur
+	var errs []error
+	for r, rec := range recs {
+		switch {
+		case rec.iter != own.iter:
+			errs = append(errs, fmt.Errorf("%w: rank %d ended iteration %d, this worker %d", ErrDiverged, r, rec.iter, own.iter))
+		case rec.share != int64(vs.shares[r]):
+			errs = append(errs, fmt.Errorf("%w: rank %d used share %d, expected %d", ErrDiverged, r, rec.share, vs.shares[r]))
+		case rec.decision != own.decision:
+			errs = append(errs, fmt.Errorf("%w: rank %d decided a different view or shares", ErrDiverged, r))
+		}
+	}
+	if len(errs) == 0 {
+		errs = divergedStates(recs)
+	}
+	return errors.Join(errs...)
 }
 
 // AllGather64 gives every worker every worker's row, in rank order: an
@@ -485,10 +545,11 @@ func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, e
 	if err := w.idle(); err != nil {
 		return nil, err
 	}
-	n, k := len(w.members), len(row)
+	vs := w.cur
+	n, k := len(vs.ids), len(row)
 	table := make([]float64, n*k)
-	copy(table[w.cfg.Rank*k:], row)
-	if err := ring.AllGather(ctx, w.comm, table); err != nil {
+	copy(table[vs.rank*k:], row)
+	if err := ring.AllGather(ctx, vs.data, table); err != nil {
 		return nil, fmt.Errorf("gyre: allgather: %w", err)
 	}
 	rows := make([][]float64, n)
@@ -500,14 +561,15 @@ func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, e
 
 // decisionDigest hashes the view and shares this worker will use next.
 func (w *Worker) decisionDigest() uint64 {
+	vs := w.cur
 	h := fnv.New64a()
 	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
-	put(w.view.Epoch)
-	for _, m := range w.view.Members {
+	put(vs.view.Epoch)
+	for _, m := range vs.view.Members {
 		h.Write([]byte(m))
 		h.Write([]byte{0})
 	}
-	for _, s := range w.shares {
+	for _, s := range vs.shares {
 		put(uint64(s))
 	}
 	return h.Sum64()
@@ -549,11 +611,12 @@ func (w *Worker) Restore() error {
 }
 
 // Abandon gives up the current iteration after an error in the trainer's
-// own code: it flushes and waits for the gradients already submitted,
-// discarding their results, then restores the last commit. Every worker
-// must abandon the same iteration after submitting the same gradients, so
-// their collectives stay in step; a worker that fails alone is a lost
-// worker, which the recovery layer handles.
+// own code, or after a Wait that gave up early: it flushes and waits for
+// the gradients already submitted, discarding their results, then restores
+// the last commit. Every worker must abandon the same iteration after
+// submitting the same gradients, so their collectives stay in step; a
+// worker that fails alone is a lost worker, which the recovery layer
+// handles.
 func (w *Worker) Abandon(ctx context.Context) error {
 	err := w.Wait(ctx)
 	if err != nil && len(w.pending) > 0 {
@@ -572,7 +635,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 	if err := w.idle(); err != nil {
 		return err
 	}
-	err := w.comm.Barrier(ctx)
+	err := w.cur.ctrl.Barrier(ctx)
 	if err == nil && w.ownT {
 		// The transports close abruptly: let the barrier's last messages
 		// reach the peers first.
@@ -588,20 +651,18 @@ const closeLinger = 300 * time.Millisecond
 // Close stops the worker at once: pending gradients fail with ErrClosed,
 // and the transport is closed unless it was given with WithTransport.
 // Peers still in a collective with this worker fail it. Close is
-// idempotent and safe from any goroutine.
+// idempotent and safe from any goroutine, also while the trainer's
+// goroutine submits gradients.
 func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
 		w.closed.Store(true)
-		if w.f32 != nil {
-			w.f32.Close()
+		w.stop()
+		w.mu.Lock()
+		if w.cur != nil {
+			w.cur.close()
 		}
-		if w.f64 != nil {
-			w.f64.Close()
-		}
-		if w.comm != nil {
-			w.comm.Close()
-		}
+		w.mu.Unlock()
 		if w.ownT && w.t != nil {
 			err = w.t.Close()
 		}

@@ -1,0 +1,87 @@
+package gyre
+
+import (
+	"slices"
+
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// viewState is everything that belongs to one membership view: the view,
+// this worker's rank in it, the batch shares, and the collectives over it.
+// newViewState is the one place it is built: Join uses it, and a view
+// change at a boundary replaces the current one with a new one of a higher
+// epoch.
+type viewState struct {
+	view   View
+	ids    []transport.PeerID // view.Members as transport IDs
+	rank   int
+	shares []int
+	// data carries gradients, the state broadcast and AllGather64.
+	data *ring.Comm
+	// ctrl carries the votes of Join and Boundary on its own channel, so
+	// that a data collective cut off mid-message cannot leave them out of
+	// step: every rank still learns the iteration's outcome.
+	ctrl *ring.Comm
+	f32  *ring.Fuser[float32]
+	f64  *ring.Fuser[float64]
+}
+
+// newViewState builds the communicators and gradient fusers of view v for
+// the worker at rank. bandwidth is the previous view's measured estimate
+// (0 for none), so a new view does not start from the default.
+func (w *Worker) newViewState(v View, rank int, shares []int, bandwidth float64) (*viewState, error) {
+	vs := &viewState{view: View{Epoch: v.Epoch, Members: slices.Clone(v.Members)}, rank: rank, shares: slices.Clone(shares)}
+	vs.ids = make([]transport.PeerID, len(v.Members))
+	for i, m := range v.Members {
+		vs.ids[i] = transport.PeerID(m)
+	}
+	rc := w.ringConfig(vs, bandwidth)
+	var err error
+	if vs.data, err = ring.NewComm(w.t, rc); err != nil {
+		return nil, err
+	}
+	rc.Channel = transport.ChanControl
+	if vs.ctrl, err = ring.NewComm(w.t, rc); err != nil {
+		vs.close()
+		return nil, err
+	}
+	fc := ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}
+	if vs.f64, err = ring.NewFuser[float64](vs.data, fc); err != nil {
+		vs.close()
+		return nil, err
+	}
+	fc.Compress = compressions[w.cfg.Compress]
+	if vs.f32, err = ring.NewFuser[float32](vs.data, fc); err != nil {
+		vs.close()
+		return nil, err
+	}
+	return vs, nil
+}
+
+// close stops the view's fusers, failing their pending handles with
+// ring.ErrClosed, and its communicators. The transport stays open.
+func (vs *viewState) close() {
+	if vs.f32 != nil {
+		vs.f32.Close()
+	}
+	if vs.f64 != nil {
+		vs.f64.Close()
+	}
+	if vs.data != nil {
+		vs.data.Close()
+	}
+	if vs.ctrl != nil {
+		vs.ctrl.Close()
+	}
+}
+
+// rankOf returns the rank of peer in the view, or -1.
+func (vs *viewState) rankOf(peer transport.PeerID) int {
+	return slices.Index(vs.ids, peer)
+}
+
+// ringConfig is the configuration of vs's communicators.
+func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
+	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.cfg.Logger}
+}

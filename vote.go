@@ -1,0 +1,296 @@
+package gyre
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// A vote is one allgather of a fixed-size record per worker on the view's
+// control Comm. Every worker then holds the identical table and judges it
+// with the same deterministic code, so all reach the same verdict with no
+// coordinator. When the verdict is an error, the workers settle before
+// returning it: a barrier proves that every worker holds the table, so a
+// worker that exits at once on the error (log.Fatal) cannot take with it
+// the last messages another worker still needed to reach the same verdict.
+
+// Errors returned by Join and Boundary.
+var (
+	// ErrIterationFailed is matched by every *IterationError.
+	ErrIterationFailed = errors.New("gyre: iteration failed")
+	// ErrPeerLost is matched by every *PeerLostError.
+	ErrPeerLost = errors.New("gyre: worker lost")
+)
+
+// IterationError reports an iteration in which at least one worker's
+// collective failed while every worker was still reachable. Every worker
+// returns it from Boundary with the same Iter, Ranks and Reasons, whether
+// its own collectives failed or completed. It matches ErrIterationFailed
+// and unwraps to Local.
+type IterationError struct {
+	// Iter is the iteration that failed.
+	Iter int64
+	// Ranks are the ranks whose collectives failed, ascending, and Reasons
+	// say why, one per rank: "mismatch", "peer gone", "timeout",
+	// "canceled", "closed" or "other".
+	Ranks   []int
+	Reasons []string
+	// Local is this worker's own failure, nil if its collectives completed.
+	Local error
+}
+
+func (e *IterationError) Error() string {
+	parts := make([]string, len(e.Ranks))
+	for i, r := range e.Ranks {
+		parts[i] = fmt.Sprintf("rank %d (%s)", r, e.Reasons[i])
+	}
+	msg := fmt.Sprintf("gyre: iteration %d failed on %s", e.Iter, strings.Join(parts, ", "))
+	if e.Local != nil {
+		msg += ": " + e.Local.Error()
+	}
+	return msg
+}
+
+// Is matches ErrIterationFailed.
+func (e *IterationError) Is(target error) bool { return target == ErrIterationFailed }
+
+// Unwrap returns Local.
+func (e *IterationError) Unwrap() error { return e.Local }
+
+// PeerLostError reports a worker that died, froze or became unreachable:
+// the vote could not complete. Every surviving worker returns one naming
+// the same rank, found from the data plane's own evidence (a broken
+// connection, or heartbeats missing for Config.PeerTimeout). It matches
+// ErrPeerLost and transport.ErrPeerGone, and unwraps to the cause.
+type PeerLostError struct {
+	// Iter is the iteration whose boundary (or Join, for -1) failed.
+	Iter int64
+	// Rank is the lost worker's rank in the view, -1 if unknown; Peer is
+	// its transport ID (its data address in the static view).
+	Rank int
+	Peer transport.PeerID
+	Err  error
+}
+
+func (e *PeerLostError) Error() string {
+	when := fmt.Sprintf("at the boundary of iteration %d", e.Iter)
+	if e.Iter < 0 {
+		when = "during Join"
+	}
+	return fmt.Sprintf("gyre: lost rank %d (%s) %s: %v", e.Rank, e.Peer, when, e.Err)
+}
+
+// Is matches ErrPeerLost.
+func (e *PeerLostError) Is(target error) bool { return target == ErrPeerLost }
+
+// Unwrap returns the cause, which matches transport.ErrPeerGone.
+func (e *PeerLostError) Unwrap() error { return e.Err }
+
+// Record kinds: a table mixing kinds means workers are at different points
+// of the protocol.
+const (
+	kindSettings = 1 + iota // Join: state layout and batch settings
+	kindSynced              // Join: the state broadcast's outcome
+	kindBoundary            // Boundary
+)
+
+// recordVersion is the boundary record's layout version. It grows when
+// fields are added, which also changes recordLen.
+const recordVersion = 1
+
+// record is one worker's row of a vote. Every worker sends the same
+// fixed-size encoding, as the ring allgather needs equal contributions.
+type record struct {
+	kind  int64
+	iter  int64
+	share int64
+	// compute is the iteration's compute time in ns (Batch to Wait).
+	compute int64
+	// decision digests the view and shares this worker will use next;
+	// settings digests the settings that must never differ.
+	decision uint64
+	// status is 0 if every collective of the iteration completed, else
+	// 1 + the failure's class (see statusOf).
+	status int64
+	// digest is the state digest (0: not checked at this vote), hashNs the
+	// time it took.
+	digest uint64
+	hashNs int64
+	// layout is the state layout (Join only).
+	layout uint64
+	// wall is the wall time in ns since the previous boundary (or Join):
+	// the iteration time that the state check's budget is a share of.
+	wall int64
+}
+
+const recordLen = 10
+
+func (r *record) encode() []int64 {
+	return []int64{recordVersion<<8 | r.kind, r.iter, r.share, r.compute, int64(r.decision),
+		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall}
+}
+
+func decodeRecord(row []int64) (record, int64) {
+	return record{kind: row[0] & 0xff, iter: row[1], share: row[2], compute: row[3], decision: uint64(row[4]),
+		status: row[5], digest: uint64(row[6]), hashNs: row[7], layout: uint64(row[8]), wall: row[9]}, row[0] >> 8
+}
+
+// vote allgathers rec among the view's workers on the control Comm and
+// returns every worker's record in rank order. A failed allgather means a
+// worker is lost or the caller's ctx ended.
+func (w *Worker) vote(ctx context.Context, vs *viewState, rec record) ([]record, error) {
+	n := len(vs.ids)
+	table := make([]int64, n*recordLen)
+	copy(table[vs.rank*recordLen:], rec.encode())
+	if err := ring.AllGather(ctx, vs.ctrl, table); err != nil {
+		return nil, w.lost(vs, rec.iter, err)
+	}
+	recs := make([]record, n)
+	var errs []error
+	for r := range recs {
+		var version int64
+		recs[r], version = decodeRecord(table[r*recordLen:])
+		switch {
+		case version != recordVersion:
+			errs = append(errs, fmt.Errorf("%w: rank %d sent a version %d record, this worker speaks version %d",
+				ErrDiverged, r, version, recordVersion))
+		case recs[r].kind != rec.kind:
+			errs = append(errs, fmt.Errorf("%w: rank %d is at a different step of the protocol (record kind %d, this worker %d)",
+				ErrDiverged, r, recs[r].kind, rec.kind))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, w.settle(ctx, vs, err)
+	}
+	return recs, nil
+}
+
+// lost turns a failed vote into the error every survivor reports: a
+// *PeerLostError naming the peer the data plane blamed, if it named one.
+func (w *Worker) lost(vs *viewState, iter int64, err error) error {
+	if errors.Is(err, ring.ErrClosed) {
+		return ErrClosed
+	}
+	if p, ok := transport.PeerOf(err); ok && errors.Is(err, transport.ErrPeerGone) {
+		return &PeerLostError{Iter: iter, Rank: vs.rankOf(p), Peer: p, Err: err}
+	}
+	if iter < 0 {
+		return fmt.Errorf("gyre: join: vote: %w", err)
+	}
+	return fmt.Errorf("gyre: boundary of iteration %d: vote: %w", iter, err)
+}
+
+// settle returns verdict once every worker holds the table it came from.
+// All workers judge the same table, so when one settles all do; the
+// barrier's own failure (a worker that died after sending its record) does
+// not change the verdict. A nil verdict needs no settling: no worker stops.
+func (w *Worker) settle(ctx context.Context, vs *viewState, verdict error) error {
+	if verdict == nil {
+		return nil
+	}
+	if err := vs.ctrl.Barrier(ctx); err != nil {
+		w.log.Debug().Err(err).Msg("settling a failed vote: barrier failed; the verdict stands")
+	}
+	return verdict
+}
+
+// failures lists the ranks whose record reports a failed collective, as an
+// *IterationError, or nil if none did.
+func failures(recs []record, iter int64, local error) error {
+	e := &IterationError{Iter: iter, Local: local}
+	for r, rec := range recs {
+		if rec.status != 0 {
+			e.Ranks = append(e.Ranks, r)
+			e.Reasons = append(e.Reasons, statusName(rec.status))
+		}
+	}
+	if len(e.Ranks) == 0 {
+		return nil
+	}
+	return e
+}
+
+// statusOf classifies a local failure for the record: 0 for none.
+func statusOf(err error) int64 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ring.ErrMismatch):
+		return 1 + 1
+	case errors.Is(err, transport.ErrPeerGone):
+		return 1 + 2
+	case errors.Is(err, ring.ErrTimeout):
+		return 1 + 3
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return 1 + 4
+	case errors.Is(err, ring.ErrClosed), errors.Is(err, ErrClosed):
+		return 1 + 5
+	}
+	return 1
+}
+
+var statusNames = []string{"other", "mismatch", "peer gone", "timeout", "canceled", "closed"}
+
+func statusName(s int64) string {
+	if s >= 1 && int(s) <= len(statusNames) {
+		return statusNames[s-1]
+	}
+	return "other"
+}
+
+// digestState hashes the state if this vote checks it, and says how long
+// that took.
+func (w *Worker) digestState(check bool) (uint64, int64, error) {
+	if !check {
+		return 0, 0, nil
+	}
+	start := time.Now()
+	d, err := w.state.Digest()
+	// 0 means "not checked" in a record; a real digest of 0 becomes 1.
+	return max(d, 1), max(time.Since(start).Nanoseconds(), 1), err
+}
+
+// divergedStates names the ranks whose state digest differs from rank 0's,
+// or whose decision to check differs.
+func divergedStates(recs []record) []error {
+	var errs []error
+	for r, rec := range recs[1:] {
+		switch {
+		case (rec.digest == 0) != (recs[0].digest == 0):
+			errs = append(errs, fmt.Errorf("%w: rank %d and rank 0 disagree about checking the state at this boundary", ErrDiverged, r+1))
+		case rec.digest != recs[0].digest:
+			errs = append(errs, fmt.Errorf("%w: rank %d holds a different state from rank 0 (digest %016x, rank 0 %016x)",
+				ErrDiverged, r+1, rec.digest, recs[0].digest))
+		}
+	}
+	return errs
+}
+
+// maxCheckInterval bounds how many iterations may pass between state
+// checks however costly hashing is.
+const maxCheckInterval = 1000
+
+// checkInterval returns how many iterations to wait before the next state
+// check so that hashing costs at most 1% of the iteration time, judged
+// from the table, so every worker derives the same interval. Hashing a
+// small model costs nothing and is done at every boundary; a large one is
+// checked every K iterations. The iteration time is the longest wall time
+// between boundaries in the table.
+func checkInterval(recs []record) int64 {
+	var hash, iter int64
+	for _, r := range recs {
+		hash, iter = max(hash, r.hashNs), max(iter, r.wall)
+	}
+	if hash == 0 || hash*100 <= iter {
+		return 1
+	}
+	if iter == 0 {
+		return maxCheckInterval
+	}
+	return min((hash*100+iter-1)/iter, maxCheckInterval)
+}
