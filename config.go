@@ -31,6 +31,13 @@ const (
 	DefaultGlobalBatch = 256
 	// DefaultJoinTimeout is JoinTimeout's default.
 	DefaultJoinTimeout = 5 * time.Minute
+	// DefaultCollectiveTimeout is CollectiveTimeout's default.
+	DefaultCollectiveTimeout = 10 * time.Minute
+	// DefaultPeerTimeout is PeerTimeout's default.
+	DefaultPeerTimeout = 2 * time.Second
+	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
+	// times per PeerTimeout, and shorter silences are scheduling noise.
+	MinPeerTimeout = 100 * time.Millisecond
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
@@ -102,6 +109,20 @@ type Config struct {
 	// JoinTimeout bounds how long Join waits for the other workers when
 	// its context has no deadline of its own. Default 5 minutes.
 	JoinTimeout time.Duration
+	// CollectiveTimeout is how long a collective waits for peers that are
+	// alive but late: a GC pause, evaluation or a checkpoint on one rank, a
+	// slow data loader, a straggler. Late is not dead: a peer whose process
+	// still answers heartbeats is waited for this long, after which the
+	// collective fails with a ring.TimeoutError naming it. Default 10
+	// minutes.
+	CollectiveTimeout time.Duration
+	// PeerTimeout is how long a peer may stay silent (no heartbeat, which
+	// workers send four times per PeerTimeout on a channel of their own)
+	// before it is declared gone: killed, stopped (SIGSTOP) or cut off.
+	// The collective then fails on every survivor with an error matching
+	// transport.ErrPeerGone that names the peer. Default 2 s, at least
+	// 100 ms.
+	PeerTimeout time.Duration
 
 	// GlobalBatch is B, the number of samples per iteration summed over all
 	// workers. Default: the sum of Shares if set, else DefaultGlobalBatch.
@@ -164,6 +185,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.CollectiveTimeout == 0 {
+		c.CollectiveTimeout = DefaultCollectiveTimeout
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
 	}
 	if c.GlobalBatch == 0 {
 		c.GlobalBatch = DefaultGlobalBatch
@@ -314,6 +341,12 @@ func (c Config) checkBatch() []error {
 	if c.JoinTimeout < 0 {
 		errs = append(errs, fmt.Errorf("JoinTimeout %v is negative", c.JoinTimeout))
 	}
+	if c.CollectiveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("CollectiveTimeout %v is negative", c.CollectiveTimeout))
+	}
+	if c.PeerTimeout < MinPeerTimeout {
+		errs = append(errs, fmt.Errorf("PeerTimeout %v: want at least %v", c.PeerTimeout, MinPeerTimeout))
+	}
 	if _, ok := compressions[c.Compress]; !ok {
 		errs = append(errs, fmt.Errorf("Compress %q: want bf16, fp16 or none", c.Compress))
 	}
@@ -383,6 +416,10 @@ const (
 	EnvLocalRank  = "GYRE_LOCAL_RANK"
 	EnvSeed       = "GYRE_SEED" // comma-separated gossip seed addresses
 	EnvMinWorkers = "GYRE_MIN_WORKERS"
+	// EnvCollectiveTimeout and EnvPeerTimeout are durations such as "10m"
+	// or "2s".
+	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
+	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -424,6 +461,17 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	integer(EnvWorldSize, &c.WorldSize)
 	integer(EnvLocalRank, &c.LocalRank)
 	integer(EnvMinWorkers, &c.MinWorkers)
+	duration := func(name string, dst *time.Duration) {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s=%q: want a duration such as 30s or 10m", ErrConfig, name, v))
+			}
+			*dst = d
+		}
+	}
+	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
+	duration(EnvPeerTimeout, &c.PeerTimeout)
 	if v, ok := lookup(EnvPeers); ok {
 		c.Peers = splitList(v)
 	}

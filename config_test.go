@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gyre-ml/gyre/internal/secret"
 )
@@ -21,18 +22,20 @@ func testKey(tb testing.TB) string {
 func TestWithDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
 	want := Config{
-		Name:        "127.0.0.1:7947",
-		Transport:   TransportQUIC,
-		Stripes:     1,
-		MaxFrame:    DefaultMaxFrame,
-		Listen:      "127.0.0.1:7946",
-		DataAddr:    "127.0.0.1:7947",
-		Advertise:   "127.0.0.1:7947",
-		WorldSize:   1,
-		MinWorkers:  1,
-		JoinTimeout: DefaultJoinTimeout,
-		GlobalBatch: DefaultGlobalBatch,
-		Shares:      []int{DefaultGlobalBatch},
+		Name:              "127.0.0.1:7947",
+		Transport:         TransportQUIC,
+		Stripes:           1,
+		MaxFrame:          DefaultMaxFrame,
+		Listen:            "127.0.0.1:7946",
+		DataAddr:          "127.0.0.1:7947",
+		Advertise:         "127.0.0.1:7947",
+		WorldSize:         1,
+		MinWorkers:        1,
+		JoinTimeout:       DefaultJoinTimeout,
+		GlobalBatch:       DefaultGlobalBatch,
+		CollectiveTimeout: DefaultCollectiveTimeout,
+		PeerTimeout:       DefaultPeerTimeout,
+		Shares:            []int{DefaultGlobalBatch},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -92,6 +95,8 @@ func TestValidate(t *testing.T) {
 		{"negative bucket", Config{Key: key, BucketBytes: -1}, "BucketBytes"},
 		{"bad compression", Config{Key: key, Compress: "int8"}, `Compress "int8"`},
 		{"compression", Config{Key: key, Compress: "bf16"}, ""},
+		{"negative collective timeout", Config{Key: key, CollectiveTimeout: -time.Second}, "CollectiveTimeout"},
+		{"peer timeout too short", Config{Key: key, PeerTimeout: time.Millisecond}, "PeerTimeout 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +130,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvAdvertise: "10.0.0.1:9100", EnvName: "w3",
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
+		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -133,7 +139,8 @@ func TestConfigFromEnv(t *testing.T) {
 	want := Config{Name: "w3", Transport: "tcp", Insecure: true, Stripes: 4, KeyFile: "/k",
 		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100",
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
-		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2}
+		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
+		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}
@@ -143,11 +150,12 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestConfigFromEnvRejectsMalformed(t *testing.T) {
-	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two", EnvRank: "first"}))
+	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two", EnvRank: "first",
+		EnvPeerTimeout: "soon"}))
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
 	}
-	for _, name := range []string{EnvInsecure, EnvStripes, EnvRank} {
+	for _, name := range []string{EnvInsecure, EnvStripes, EnvRank, EnvPeerTimeout} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -20,7 +21,8 @@ import (
 //
 // The flags are --name, --transport, --insecure, --stripes, --key-file,
 // --listen, --data-addr, --advertise, --seed, --peers, --rank,
-// --min-workers, --batch, --shares, --rng-seed, --bucket-bytes and --compress.
+// --min-workers, --batch, --shares, --rng-seed, --bucket-bytes, --compress,
+// --collective-timeout and --peer-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -34,6 +36,7 @@ type flagAdder interface {
 	IntVar(p *int, name string, value int, usage string)
 	BoolVar(p *bool, name string, value bool, usage string)
 	Uint64Var(p *uint64, name string, value uint64, usage string)
+	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
 	listVar(v listValue, name, usage string)
 }
 
@@ -71,6 +74,10 @@ func (c *Config) bind(fs flagAdder) {
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")
+	fs.DurationVar(&c.CollectiveTimeout, "collective-timeout", c.CollectiveTimeout,
+		"how long a collective waits for a peer that is alive but late (0: 10m)")
+	fs.DurationVar(&c.PeerTimeout, "peer-timeout", c.PeerTimeout,
+		"how long a peer may miss heartbeats before it is declared gone (0: 2s)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be
