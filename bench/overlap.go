@@ -103,11 +103,7 @@ func NewOverlapJob(o OverlapOptions) (*train.Job, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := mlp.New(o.Sizes(), o.ModelSeed)
-	if err != nil {
-		return nil, err
-	}
-	return &train.Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(o.DataSeed)}, nil
+	return train.NewSizedJob(o.Sizes(), o.ModelSeed, o.DataSeed)
 }
 
 // Phases are the times of one iteration's phases, in microseconds. A

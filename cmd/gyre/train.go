@@ -21,6 +21,7 @@ type trainFlags struct {
 	targetAcc float64
 	evalEvery int64
 	overlap   bool
+	hidden    int
 	modelSeed uint64
 	dataSeed  uint64
 	timeout   time.Duration
@@ -59,6 +60,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Float64Var(&fl.targetAcc, "target-acc", mlp.DefaultTargetAcc, "stop on reaching this test accuracy (0: never)")
 	f.Int64Var(&fl.evalEvery, "eval-every", 50, "measure test accuracy and report every this many iterations")
 	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
+	f.IntVar(&fl.hidden, "hidden", mlp.DefaultSizes()[1], "width of the hidden layer (every worker must use the same)")
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
@@ -118,7 +120,10 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	ctx, cancel := context.WithTimeout(ctx, fl.timeout)
 	defer cancel()
-	job := train.NewJob(fl.modelSeed, fl.dataSeed)
+	job, err := train.NewSizedJob([]int{mlp.InputDim, fl.hidden, mlp.NumClasses}, fl.modelSeed, fl.dataSeed)
+	if err != nil {
+		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
+	}
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(job.State()))
 	if err != nil {
 		return err

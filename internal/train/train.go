@@ -63,6 +63,16 @@ func NewJob(modelSeed, dataSeed uint64) *Job {
 	return &Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(dataSeed)}
 }
 
+// NewSizedJob is NewJob with the MLP's layer sizes given: inputs (which
+// must be mlp.InputDim), hidden widths, classes (mlp.NumClasses).
+func NewSizedJob(sizes []int, modelSeed, dataSeed uint64) (*Job, error) {
+	m, err := mlp.New(sizes, modelSeed)
+	if err != nil {
+		return nil, err
+	}
+	return &Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(dataSeed)}, nil
+}
+
 // State returns the job's state for gyre.WithState: every layer's
 // parameters and momentum buffer.
 func (j *Job) State() *gyre.State {
