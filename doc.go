@@ -47,6 +47,26 @@
 // order, so no sample is lost or counted twice when shares change or an
 // iteration is redone.
 //
+// Boundary. Every worker ends every iteration with a vote that all join,
+// also a worker whose collectives failed: one allgather of a small record
+// per worker on a control channel of its own, apart from the gradients.
+// All judge the same table, so all return the same outcome: the next
+// iteration, or the same error everywhere (an *IterationError naming the
+// ranks whose collectives failed, ErrDiverged naming the ranks whose
+// iteration, shares or state differ, or a *PeerLostError naming a worker
+// that died or froze). The record carries a digest of the state about to
+// be committed, checked at every boundary while hashing costs at most 1%
+// of an iteration and every K iterations beyond. Before a worker returns a
+// failed verdict, a barrier proves that every worker holds the table, so
+// one that exits at once on the error (log.Fatal) cannot leave the others
+// waiting for its last messages.
+//
+// Late is not dead. A peer that is slow to reach a collective (a GC pause,
+// evaluation or a checkpoint on one rank, a straggler) is waited for up to
+// Config.CollectiveTimeout (10 minutes). A peer whose process stops
+// answering heartbeats, which travel on a channel of their own, is
+// declared gone after Config.PeerTimeout (2 s): killed, stopped or cut off.
+//
 // State. Commit copies the registered tensors, metadata and the iteration
 // aside; Restore and Abandon copy them back, as Horovod's elastic state
 // does. An error in the trainer's own code midway through an iteration is
