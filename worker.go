@@ -215,6 +215,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		ids[i] = transport.PeerID(p)
 	}
 	if err := ConnectAll(ctx, w.t, ids, cfg.Rank); err != nil {
+		if errors.Is(err, transport.ErrUnauthenticated) {
+			w.lingerRefused(ctx)
+		}
 		return nil, err
 	}
 	vs, err := w.newViewState(view, cfg.Rank, cfg.Shares, 0)
@@ -236,6 +239,25 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	joined = true
 	return w, nil
 }
+
+// lingerRefused keeps a worker whose credentials a peer refused reachable
+// for a while before Join closes its transport, so that the peers dialing
+// it are refused in turn and name it, instead of retrying a closed port
+// until their JoinTimeout.
+func (w *Worker) lingerRefused(ctx context.Context) {
+	if !w.ownT {
+		return
+	}
+	w.log.Warn().Dur("for", refusedLinger).Msg("a peer refused this worker's certificate; staying reachable so the peers learn why")
+	select {
+	case <-time.After(refusedLinger):
+	case <-ctx.Done():
+	}
+}
+
+// refusedLinger is how long lingerRefused waits: long enough for peers
+// that retry every connectRetry to dial again.
+const refusedLinger = 3 * time.Second
 
 // agree checks that every worker registered the same state layout and the
 // same batch settings, so that a misconfigured worker fails Join on every
@@ -686,7 +708,10 @@ func ConnectAll(ctx context.Context, t transport.Transport, members []transport.
 			if err == nil {
 				break
 			}
-			if errors.Is(err, transport.ErrUnauthenticated) || ctx.Err() != nil {
+			if errors.Is(err, transport.ErrUnauthenticated) {
+				return fmt.Errorf("gyre: connect to rank %d (%s): the cluster secrets differ: %w", i, m, err)
+			}
+			if ctx.Err() != nil {
 				return fmt.Errorf("gyre: connect to rank %d (%s): %w", i, m, err)
 			}
 			select {
