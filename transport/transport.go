@@ -20,6 +20,7 @@ const (
 	ChanData    Channel = iota // collective payloads
 	ChanControl                // boundary records and other control traffic
 	ChanProbe                  // link probes
+	ChanLiveness               // heartbeats, apart from everything else (package liveness)
 	NumChannels
 )
 
@@ -31,6 +32,8 @@ func (c Channel) String() string {
 		return "control"
 	case ChanProbe:
 		return "probe"
+	case ChanLiveness:
+		return "liveness"
 	}
 	return "chan(" + strconv.Itoa(int(c)) + ")"
 }

@@ -531,3 +531,62 @@ func joinID(tb testing.TB, net *mem.Network, id transport.PeerID) transporttest.
 	tb.Cleanup(func() { tr.Close() })
 	return transporttest.Node{ID: id, T: tr, Addr: tr.Addr()}
 }
+
+// TestFreeze: a frozen node is silent without an error anywhere: its
+// calls block, what is sent to it queues, and after Thaw everything
+// carries on in order.
+func TestFreeze(t *testing.T) {
+	net := mem.NewNetwork(1)
+	nodes, ctx := connected(t, net, 3)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	send(t, ctx, a, b, 1) // sent before the freeze: still delivered
+	net.Freeze(a.ID)
+	expectSeq(t, ctx, b, a.ID, 1)
+	send(t, ctx, b, a, 2) // queues for the frozen node
+	send(t, ctx, b, c, 3) // the others are unaffected
+	expectSeq(t, ctx, c, b.ID, 3)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := a.T.Send(short, b.ID, transport.ChanData, hdr(4), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("frozen Send = %v, want it blocked until its deadline", err)
+	}
+	if _, err := recvSeq(short, a, b.ID); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("frozen Recv = %v, want it blocked until its deadline", err)
+	}
+	expectLost(t, ctx, b, a.ID)
+
+	// A Recv blocked by the freeze carries on after Thaw.
+	got := make(chan error, 1)
+	go func() {
+		seq, err := recvSeq(ctx, a, b.ID)
+		if err == nil && seq != 2 {
+			err = fmt.Errorf("got seq %d, want 2", seq)
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	net.Thaw(a.ID)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	send(t, ctx, a, b, 5)
+	expectSeq(t, ctx, b, a.ID, 5)
+}
+
+// TestFreezeThenKill: closing or killing a frozen node unblocks its calls.
+func TestFreezeThenKill(t *testing.T) {
+	net := mem.NewNetwork(1)
+	nodes, ctx := connected(t, net, 2)
+	a, b := nodes[0], nodes[1]
+	net.Freeze(a.ID)
+	got := make(chan error, 1)
+	go func() {
+		_, err := recvSeq(ctx, a, b.ID)
+		got <- err
+	}()
+	net.Kill(a.ID)
+	if err := <-got; !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("frozen Recv after Kill = %v, want ErrClosed", err)
+	}
+}

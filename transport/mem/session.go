@@ -99,6 +99,9 @@ func (s *session) recv(ctx context.Context, t *Transport, side int, ch transport
 	q := &s.q[side][ch]
 	from := s.end[1-side].id
 	for {
+		if err := t.waitThawed(ctx); err != nil {
+			return wire.Header{}, 0, err
+		}
 		var timer <-chan time.Time
 		s.mu.Lock()
 		if q.n > 0 {

@@ -32,6 +32,11 @@ type Transport struct {
 
 	mu    sync.Mutex
 	peers map[transport.PeerID]*peer
+
+	// frozen is non-nil while Network.Freeze holds the node, and closed by
+	// Thaw.
+	frozenMu sync.Mutex
+	frozen   chan struct{}
 }
 
 // peer is what a transport knows about one remote id.
@@ -89,6 +94,9 @@ func (t *Transport) Send(ctx context.Context, peer transport.PeerID, ch transpor
 		return transport.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := t.waitThawed(ctx); err != nil {
 		return err
 	}
 	t.mu.Lock()
