@@ -1,0 +1,175 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// DefaultInterval is Config.Interval's default: a quarter of the default
+// peer timeout of 2 s.
+const DefaultInterval = 500 * time.Millisecond
+
+// Config configures a Monitor.
+type Config struct {
+	// Transport carries the heartbeats, on transport.ChanLiveness. Required.
+	Transport transport.Transport
+	// Interval is the time between heartbeats to each peer. Set it to a
+	// quarter of the peer timeout or less. Default 500 ms.
+	Interval time.Duration
+	// Logger receives failed heartbeats at debug level. The zero Logger
+	// discards.
+	Logger zerolog.Logger
+}
+
+// Monitor heartbeats with a set of peers and records when each was last
+// heard from. Every method is safe for concurrent use.
+type Monitor struct {
+	t        transport.Transport
+	interval time.Duration
+	log      zerolog.Logger
+	ctx      context.Context // ended by Close
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	peers  map[transport.PeerID]*peer
+}
+
+// peer is one watched peer: its two goroutines and when it was last heard.
+type peer struct {
+	heard  atomic.Int64 // unix nanoseconds
+	cancel context.CancelFunc
+}
+
+// New returns a Monitor watching no peers.
+func New(cfg Config) (*Monitor, error) {
+	if cfg.Transport == nil {
+		return nil, errors.New("liveness: Transport is required")
+	}
+	if cfg.Interval < 0 {
+		return nil, errors.New("liveness: Interval is negative")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	m := &Monitor{t: cfg.Transport, interval: cfg.Interval, peers: make(map[transport.PeerID]*peer),
+		log: cfg.Logger.With().Str("component", "liveness").Logger()}
+	m.ctx, m.stop = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// Watch makes peers the watched set: peers not watched before count as
+// heard from now and start exchanging heartbeats; peers no longer listed
+// stop. It does not block on the network.
+func (m *Monitor) Watch(peers []transport.PeerID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	keep := make(map[transport.PeerID]bool, len(peers))
+	for _, id := range peers {
+		keep[id] = true
+		if m.peers[id] != nil {
+			continue
+		}
+		p := &peer{}
+		p.heard.Store(time.Now().UnixNano())
+		ctx, cancel := context.WithCancel(m.ctx)
+		p.cancel = cancel
+		m.peers[id] = p
+		m.wg.Add(2)
+		go m.send(ctx, id)
+		go m.receive(ctx, id, p)
+	}
+	for id, p := range m.peers {
+		if !keep[id] {
+			p.cancel()
+			delete(m.peers, id)
+		}
+	}
+}
+
+// LastHeard returns when peer's last heartbeat arrived, or when watching it
+// began if none has; the zero Time for a peer not watched. It does not
+// block.
+func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
+	m.mu.Lock()
+	p := m.peers[id]
+	m.mu.Unlock()
+	if p == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, p.heard.Load())
+}
+
+// Close stops every heartbeat and waits for the Monitor's goroutines. It
+// does not close the transport, and is idempotent.
+func (m *Monitor) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.peers = nil
+	m.mu.Unlock()
+	m.stop()
+	m.wg.Wait()
+	return nil
+}
+
+// send heartbeats to id every interval until ctx ends. A failed send is
+// tried again at the next tick: a peer not connected yet, or dropped,
+// may be connected again by the caller.
+func (m *Monitor) send(ctx context.Context, id transport.PeerID) {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.interval)
+	defer tick.Stop()
+	hdr := wire.Header{Kind: wire.KindControl}
+	for {
+		hdr.Seq++
+		// A heartbeat is 64 bytes; a send that blocks this long is stuck
+		// behind a peer that reads nothing at all.
+		sctx, cancel := context.WithTimeout(ctx, 4*m.interval)
+		err := m.t.Send(sctx, id, transport.ChanLiveness, hdr, nil)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not sent")
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// receive records id's heartbeats until ctx ends. After a failed receive
+// (the peer's connection broke) it waits an interval and listens again, in
+// case the peer reconnects.
+func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
+	defer m.wg.Done()
+	var buf [0]byte
+	for {
+		_, _, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
+		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
+			return
+		}
+		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
+			p.heard.Store(time.Now().UnixNano())
+			continue
+		}
+		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")
+		select {
+		case <-time.After(m.interval):
+		case <-ctx.Done():
+			return
+		}
+	}
+}

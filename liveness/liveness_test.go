@@ -1,0 +1,113 @@
+package liveness_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/liveness"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const interval = 20 * time.Millisecond
+
+// pair returns two connected mem transports with a Monitor each, watching
+// the other.
+func pair(t *testing.T) (*mem.Network, [2]*mem.Transport, [2]*liveness.Monitor) {
+	t.Helper()
+	net := mem.NewNetwork(1)
+	var trs [2]*mem.Transport
+	var mons [2]*liveness.Monitor
+	for i, id := range []transport.PeerID{"a", "b"} {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs[i] = tr
+		t.Cleanup(func() { tr.Close() })
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for i, peer := range []transport.PeerID{"b", "a"} {
+		if err := trs[i].Connect(ctx, peer, string(peer)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := liveness.New(liveness.Config{Transport: trs[i], Interval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		m.Watch([]transport.PeerID{peer})
+		mons[i] = m
+	}
+	return net, trs, mons
+}
+
+// heardWithin waits up to 2 s for m to have heard peer within d.
+func heardWithin(m *liveness.Monitor, peer transport.PeerID, d time.Duration) bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(interval) {
+		if time.Since(m.LastHeard(peer)) < d {
+			return true
+		}
+	}
+	return false
+}
+
+func TestHeartbeatsAndFreeze(t *testing.T) {
+	net, _, mons := pair(t)
+	start := time.Now()
+	time.Sleep(10 * interval)
+	if !mons[0].LastHeard("b").After(start) || !mons[1].LastHeard("a").After(start) {
+		t.Fatalf("no heartbeat in %v: last heard %v and %v after start", 10*interval,
+			mons[0].LastHeard("b").Sub(start), mons[1].LastHeard("a").Sub(start))
+	}
+	net.Freeze("b")
+	time.Sleep(15 * interval)
+	if silent := time.Since(mons[0].LastHeard("b")); silent < 10*interval {
+		t.Fatalf("a frozen peer was heard %v ago", silent)
+	}
+	net.Thaw("b")
+	if !heardWithin(mons[0], "b", 3*interval) {
+		t.Fatal("no heartbeat after Thaw")
+	}
+}
+
+// TestBusyIsNotSilent: data that nobody reads does not hold heartbeats
+// back, since they travel on their own channel.
+func TestBusyIsNotSilent(t *testing.T) {
+	_, trs, mons := pair(t)
+	payload := make([]byte, 1<<20)
+	for i := range 64 {
+		if err := trs[1].Send(t.Context(), "a", transport.ChanData, hdrSeq(i), payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !heardWithin(mons[0], "b", 3*interval) {
+		t.Fatal("heartbeats queued behind unread data")
+	}
+}
+
+func TestWatchAndClose(t *testing.T) {
+	_, _, mons := pair(t)
+	if got := mons[0].LastHeard("nobody"); !got.IsZero() {
+		t.Fatalf("unwatched peer heard at %v", got)
+	}
+	mons[0].Watch(nil)
+	if got := mons[0].LastHeard("b"); !got.IsZero() {
+		t.Fatalf("peer no longer watched heard at %v", got)
+	}
+	mons[0].Close()
+	mons[0].Close() // idempotent
+	mons[0].Watch([]transport.PeerID{"b"})
+	if got := mons[0].LastHeard("b"); !got.IsZero() {
+		t.Fatal("Watch after Close started watching")
+	}
+}
+
+func hdrSeq(i int) wire.Header { return wire.Header{Kind: wire.KindData, Seq: uint64(i)} }
