@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -38,21 +39,34 @@ type Config struct {
 	// doubling runs instead of the ring. 0 means DefaultCostModel's
 	// Threshold for len(Members); a negative value means always the ring.
 	SmallBytes int
-	// BaseTimeout is the fixed part of a collective's deadline, to which
-	// the time its bytes take at a quarter of the measured throughput is
-	// added. Default 2 s.
-	BaseTimeout time.Duration
-	// MaxTimeout caps a collective's deadline. Default 60 s.
-	MaxTimeout time.Duration
+	// CollectiveTimeout bounds how long a collective may take, from the
+	// moment this rank enters it, while every member is alive: a late peer
+	// (a GC pause, evaluation or a checkpoint on one rank, a straggler) is
+	// waited for this long, then the collective fails with a *TimeoutError
+	// naming the peer this rank was waiting for. Default 10 minutes.
+	CollectiveTimeout time.Duration
+	// PeerTimeout is how long a member may go unheard, by Liveness, before
+	// a collective in progress fails with a *transport.PeerError naming it
+	// (errors.Is ErrPeerSilent and transport.ErrPeerGone). Default 2 s.
+	// Without Liveness it is unused.
+	PeerTimeout time.Duration
+	// Liveness, if set, tells when each member was last heard from, on a
+	// path apart from the collectives (liveness.Monitor's heartbeats), so a
+	// dead or frozen peer is found in PeerTimeout rather than
+	// CollectiveTimeout.
+	Liveness Liveness
+	// InitialBandwidth seeds the bandwidth estimate, in bytes per second.
+	// Default 100 MB/s; a Comm replacing another passes its Bandwidth.
+	InitialBandwidth float64
 	// Logger receives failures. The zero Logger discards.
 	Logger zerolog.Logger
 }
 
 // Defaults.
 const (
-	DefaultChunkBytes  = 1 << 20
-	DefaultBaseTimeout = 2 * time.Second
-	DefaultMaxTimeout  = 60 * time.Second
+	DefaultChunkBytes        = 1 << 20
+	DefaultCollectiveTimeout = 10 * time.Minute
+	DefaultPeerTimeout       = 2 * time.Second
 )
 
 // maxChunkBytes keeps ChunkSize within wire.Header's uint32.
@@ -68,10 +82,12 @@ func (c *Config) Validate() error {
 		return invalid("rank %d not in [0, %d)", c.Rank, n)
 	case c.ChunkBytes < 0 || c.ChunkBytes > maxChunkBytes:
 		return invalid("chunk size %d bytes not in [0, %d]", c.ChunkBytes, maxChunkBytes)
-	case c.BaseTimeout < 0:
-		return invalid("base timeout %v < 0", c.BaseTimeout)
-	case c.MaxTimeout < 0:
-		return invalid("max timeout %v < 0", c.MaxTimeout)
+	case c.CollectiveTimeout < 0:
+		return invalid("collective timeout %v < 0", c.CollectiveTimeout)
+	case c.PeerTimeout < 0:
+		return invalid("peer timeout %v < 0", c.PeerTimeout)
+	case c.InitialBandwidth < 0:
+		return invalid("initial bandwidth %v < 0", c.InitialBandwidth)
 	case c.Channel >= transport.NumChannels:
 		return invalid("channel %v", c.Channel)
 	case n > math.MaxUint32:
@@ -95,11 +111,14 @@ func (c Config) withDefaults() Config {
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = DefaultChunkBytes
 	}
-	if c.BaseTimeout == 0 {
-		c.BaseTimeout = DefaultBaseTimeout
+	if c.CollectiveTimeout == 0 {
+		c.CollectiveTimeout = DefaultCollectiveTimeout
 	}
-	if c.MaxTimeout == 0 {
-		c.MaxTimeout = DefaultMaxTimeout
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.InitialBandwidth == 0 {
+		c.InitialBandwidth = initialBandwidth
 	}
 	switch {
 	case c.SmallBytes == 0:
@@ -121,15 +140,26 @@ func (c Config) withDefaults() Config {
 // difference, so ranks that disagree about a collective find out from the
 // first message instead of corrupting data.
 //
-// Failure. A collective fails with a *MismatchError, a transport error
-// naming the peer (errors.Is(err, transport.ErrPeerGone); transport.PeerOf
-// names it), a *TimeoutError once its deadline passes (BaseTimeout plus the
-// time its bytes take at a quarter of the measured throughput, at most
-// MaxTimeout and never after ctx's deadline), or ctx's error. A rank that
-// fails sends an abort marker to every other member; a rank that receives
-// one fails with an *AbortError of the same class and forwards it, so a
-// failure reaches the ranks still waiting instead of leaving them to their
-// deadlines, even ranks that disagree about which plan they run. The data buffer then holds unspecified values.
+// Failure. A collective fails with a *MismatchError, a *StaleEpochError
+// (a member is in a newer epoch than this rank), a transport error naming
+// the peer (errors.Is(err, transport.ErrPeerGone); transport.PeerOf names
+// it), or ctx's error. Late is not dead: while every member is alive the
+// collective waits up to CollectiveTimeout from the moment this rank
+// entered it, then fails with a *TimeoutError naming the peer it waited
+// for; with Liveness, a member unheard for PeerTimeout (killed, stopped,
+// cut off) fails it at once with a *transport.PeerError naming that member
+// (ErrPeerSilent). A rank that fails sends an abort marker to every other
+// member; a rank that receives one fails with an *AbortError of the same
+// class and forwards it, so a failure reaches the ranks still waiting
+// instead of leaving them to their timeouts, even ranks that disagree
+// about which plan they run. The data buffer then holds unspecified
+// values.
+//
+// A rank whose plan had nothing left to receive when another rank failed
+// (the root of a broadcast, for instance) returns nil while the others
+// fail: a Comm does not make ranks agree on a collective's outcome. The
+// caller does that with a vote on a Comm of its own channel (see
+// Config.Channel), which gyre.Worker's Boundary is.
 //
 // After a failure the caller should treat the data-plane state as suspect:
 // the epoch/recovery layer rolls back, forms the next view and builds a new
@@ -139,13 +169,9 @@ func (c Config) withDefaults() Config {
 // receiver, so the next collective starts clean. (If the failure cut a
 // message off mid-stream, which a real transport's flow control can force
 // after a grace period of 250 ms, the next collective fails with that peer's
-// transport error instead, and the recovery path applies.) (So a
-// rank left behind in an older epoch looks like a silent peer to the newer
-// ones, which fail by deadline rather than with ErrMismatch.) A failure
-// reaches every rank that still has a receive pending that depends on the
-// failed rank; a rank whose plan had nothing left to receive (the root of a
-// broadcast, for instance) may return nil while others fail, and learns of
-// it at its next collective.
+// transport error instead, and the recovery path applies.) A rank left
+// behind in an older epoch fails with ErrStaleEpoch on the first message
+// it receives from a newer one.
 //
 // Compression. AllReduceCompressed and ReduceScatterCompressed put float32
 // data on the wire as bf16 (8 significant bits, float32's range) or fp16
@@ -185,9 +211,10 @@ type Comm struct {
 	bw          float64 // bytes per second, for deadlines
 	plans       planCache
 	scratch     []byte
-	sendScratch []uint16 // compressed sends
-	recvScratch []uint16 // compressed receives
-	dirty       []bool   // per rank: leftovers of a failed collective may be queued
+	sendScratch []uint16     // compressed sends
+	recvScratch []uint16     // compressed receives
+	dirty       []bool       // per rank: leftovers of a failed collective may be queued
+	silent      atomic.Int32 // the member the watchdog found silent
 	op          op
 	ctx         *opCtx
 	shut        bool
@@ -221,7 +248,7 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 		cfg:     cfg,
 		members: cfg.Members,
 		log:     cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
-		bw:      initialBandwidth,
+		bw:      max(cfg.InitialBandwidth, minBandwidth),
 		dirty:   make([]bool, n),
 		ctx:     newOpCtx(),
 		sendc:   make(chan struct{}),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
@@ -190,6 +191,11 @@ func (d *driver) run() error {
 	return first
 }
 
+// alwaysHeard is a Liveness whose peers are always just heard from.
+type alwaysHeard struct{}
+
+func (alwaysHeard) LastHeard(transport.PeerID) time.Time { return time.Now() }
+
 // TestAllReduceZeroAllocs checks that a large allreduce in steady state
 // allocates nothing, uncompressed and compressed.
 func TestAllReduceZeroAllocs(t *testing.T) {
@@ -217,7 +223,12 @@ func testZeroAllocs(t *testing.T, small int, wt wire.DType) {
 	if small > 0 {
 		size = 4 << 10 // recursive doubling is for small buffers
 	}
-	cl := newCluster(t, n, func(c *Config) { c.SmallBytes, c.ChunkBytes = small, chunk })
+	cl := newCluster(t, n, func(c *Config) {
+		c.SmallBytes, c.ChunkBytes = small, chunk
+		// Liveness checks every millisecond: the watchdog's ticks must not
+		// allocate either.
+		c.Liveness, c.PeerTimeout = alwaysHeard{}, 4*time.Millisecond
+	})
 	bufs := make([][]float32, n)
 	for r := range bufs {
 		bufs[r] = make([]float32, size/4)

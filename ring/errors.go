@@ -22,14 +22,49 @@ var (
 	ErrTimeout = errors.New("ring: collective deadline exceeded")
 	// ErrClosed is returned by calls on a closed Comm.
 	ErrClosed = errors.New("ring: communicator closed")
+	// ErrStaleEpoch is matched by every *StaleEpochError, and by an
+	// *AbortError whose origin found one.
+	ErrStaleEpoch = errors.New("ring: stale epoch")
+	// ErrPeerSilent is the cause in the *transport.PeerError of a member
+	// that Liveness has not heard from for PeerTimeout.
+	ErrPeerSilent = errors.New("ring: peer silent: no heartbeat within the peer timeout")
 )
+
+// Liveness reports when each peer was last heard from on a path apart from
+// the collectives' own messages, so that a collective can tell a late peer
+// from a dead one. LastHeard must be safe for concurrent use and must not
+// block; a peer never heard from reports when watching it began.
+// liveness.Monitor implements it with heartbeats.
+type Liveness interface {
+	LastHeard(peer transport.PeerID) time.Time
+}
+
+// StaleEpochError reports that a member sent a message from a newer
+// membership epoch than this rank's Comm: this rank is the stale one. It
+// matches ErrStaleEpoch.
+type StaleEpochError struct {
+	// Peer sent the message; Rank is its rank in this Comm.
+	Peer transport.PeerID
+	Rank int
+	// Epoch is this rank's epoch, PeerEpoch the peer's.
+	Epoch, PeerEpoch uint64
+}
+
+func (e *StaleEpochError) Error() string {
+	return fmt.Sprintf("ring: stale epoch: rank %d (%s) is in epoch %d, this rank in epoch %d",
+		e.Rank, e.Peer, e.PeerEpoch, e.Epoch)
+}
+
+// Is makes every StaleEpochError match ErrStaleEpoch.
+func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
 
 // MismatchError reports a message whose header disagrees with what this
 // rank's own plan expects: the ranks are not running the same collective.
 // It matches ErrMismatch.
 type MismatchError struct {
-	// Peer sent the message.
+	// Peer sent the message; Rank is its rank.
 	Peer transport.PeerID
+	Rank int
 	// Field names the header field that differs: "epoch", "seq", "algo",
 	// "dtype", "op", "total", "chunk size", "step", "chunk", "length" (the
 	// payload's byte length) or "kind".
@@ -39,7 +74,7 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("ring: mismatch with peer %s: %s: want %d, got %d", e.Peer, e.Field, e.Want, e.Got)
+	return fmt.Sprintf("ring: mismatch with rank %d (%s): %s: want %d, got %d", e.Rank, e.Peer, e.Field, e.Want, e.Got)
 }
 
 // Is makes every MismatchError match ErrMismatch.
@@ -53,11 +88,12 @@ type AbortReason uint8
 
 // Abort reasons.
 const (
-	AbortOther    AbortReason = iota // a local error of another kind
-	AbortMismatch                    // a header mismatch (ErrMismatch)
-	AbortPeerGone                    // a transport error with a peer (transport.ErrPeerGone)
-	AbortTimeout                     // the deadline passed (ErrTimeout)
-	AbortCanceled                    // the caller's context ended
+	AbortOther      AbortReason = iota // a local error of another kind
+	AbortMismatch                      // a header mismatch (ErrMismatch)
+	AbortPeerGone                      // a transport error with a peer (transport.ErrPeerGone)
+	AbortTimeout                       // the deadline passed (ErrTimeout)
+	AbortCanceled                      // the caller's context ended
+	AbortStaleEpoch                    // a member is in a newer epoch (ErrStaleEpoch)
 	abortReasonEnd
 )
 
@@ -71,6 +107,8 @@ func (r AbortReason) String() string {
 		return "timeout"
 	case AbortCanceled:
 		return "canceled"
+	case AbortStaleEpoch:
+		return "stale epoch"
 	}
 	return "other"
 }
@@ -85,18 +123,20 @@ func (r AbortReason) String() string {
 type AbortError struct {
 	// From is the peer the marker came from.
 	From transport.PeerID
-	// Origin is the rank that failed first.
-	Origin transport.PeerID
+	// Origin is the peer that failed first, OriginRank its rank.
+	Origin     transport.PeerID
+	OriginRank int
 	// Culprit is the peer the origin's failure was about: the peer that
 	// sent it a mismatching message or whose connection failed. It equals
-	// Origin when the origin does not know one.
-	Culprit transport.PeerID
-	Reason  AbortReason
+	// Origin when the origin does not know one. CulpritRank is its rank.
+	Culprit     transport.PeerID
+	CulpritRank int
+	Reason      AbortReason
 }
 
 func (e *AbortError) Error() string {
-	return fmt.Sprintf("ring: collective aborted (marker from %s): %s failed with %s involving %s",
-		e.From, e.Origin, e.Reason, e.Culprit)
+	return fmt.Sprintf("ring: collective aborted (marker from %s): rank %d (%s) failed with %s involving rank %d (%s)",
+		e.From, e.OriginRank, e.Origin, e.Reason, e.CulpritRank, e.Culprit)
 }
 
 // Is matches ErrAborted and the error class of Reason.
@@ -108,6 +148,8 @@ func (e *AbortError) Is(target error) bool {
 		return e.Reason == AbortMismatch
 	case ErrTimeout:
 		return e.Reason == AbortTimeout
+	case ErrStaleEpoch:
+		return e.Reason == AbortStaleEpoch
 	}
 	return false
 }
@@ -124,13 +166,17 @@ func (e *AbortError) Unwrap() error {
 
 var errRemoteFailure = errors.New("reported by another rank's abort")
 
-// TimeoutError reports a collective that did not finish within its
-// deadline, typically because a peer froze or a link black-holes traffic.
+// TimeoutError reports a collective that did not finish within
+// Config.CollectiveTimeout although every member was alive: a peer that is
+// late beyond reason, or a link that black-holes traffic while heartbeats
+// pass.
 // It matches ErrTimeout and context.DeadlineExceeded.
 type TimeoutError struct {
 	// Peer is the peer this rank was waiting for when the deadline passed,
-	// if it was waiting on a receive; empty otherwise.
+	// if it was waiting on a receive; empty otherwise. Rank is its rank,
+	// -1 without one.
 	Peer transport.PeerID
+	Rank int
 	// Deadline is the time the collective was allowed.
 	Deadline time.Duration
 }
@@ -139,7 +185,8 @@ func (e *TimeoutError) Error() string {
 	if e.Peer == "" {
 		return fmt.Sprintf("ring: collective did not finish within %v", e.Deadline)
 	}
-	return fmt.Sprintf("ring: collective did not finish within %v (waiting for %s)", e.Deadline, e.Peer)
+	return fmt.Sprintf("ring: collective did not finish within %v (waiting for rank %d, %s, which is alive but late)",
+		e.Deadline, e.Rank, e.Peer)
 }
 
 // Is matches ErrTimeout and context.DeadlineExceeded.
@@ -156,6 +203,8 @@ func reasonOf(err error) AbortReason {
 		return AbortPeerGone
 	case errors.Is(err, ErrTimeout):
 		return AbortTimeout
+	case errors.Is(err, ErrStaleEpoch):
+		return AbortStaleEpoch
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return AbortCanceled
 	}

@@ -17,14 +17,15 @@ import (
 // This file is the executor: it runs one Plan over a transport.Transport as
 // Plan's documentation describes. The receive walker runs on the caller's
 // goroutine, the send walker on a goroutine the Comm keeps, and a third
-// kept goroutine (the watchdog) enforces the deadline and the caller's
-// context. All three exchange only preallocated values over channels, so a
+// kept goroutine (the watchdog) enforces the collective timeout, the
+// members' liveness and the caller's context. All three exchange only preallocated values over channels, so a
 // collective in steady state allocates nothing.
 
 // Internal causes of an op context's cancellation. They never reach the
 // caller: run translates them.
 var (
 	errDeadline   = errors.New("ring: deadline")
+	errSilent     = errors.New("ring: a member is silent")
 	errSendFailed = errors.New("ring: send walker failed")
 	errStopped    = errors.New("ring: stopped after a failure")
 )
@@ -283,6 +284,9 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 		if h.Epoch < o.hdr.Epoch || h.Epoch == o.hdr.Epoch && h.Seq < o.hdr.Seq {
 			continue // a leftover of an aborted collective
 		}
+		if h.Epoch > o.hdr.Epoch {
+			return &StaleEpochError{Peer: peer, Rank: x.Peer, Epoch: o.hdr.Epoch, PeerEpoch: h.Epoch}
+		}
 		// Every earlier message from the peer is now consumed.
 		c.dirty[x.Peer] = false
 		if h.Kind == wire.KindControl && h.Epoch == o.hdr.Epoch && h.Seq == o.hdr.Seq {
@@ -322,7 +326,7 @@ func (o *op) check(x *Xfer, h wire.Header, n int, rerr error, want int) error {
 	default:
 		return nil
 	}
-	return &MismatchError{Peer: o.c.members[x.Peer], Field: field, Want: wv, Got: gv}
+	return &MismatchError{Peer: o.c.members[x.Peer], Rank: x.Peer, Field: field, Want: wv, Got: gv}
 }
 
 // abortError decodes an abort marker received from rank from.
@@ -338,7 +342,8 @@ func (o *op) abortError(from int, h wire.Header) error {
 	if reason >= abortReasonEnd {
 		reason = AbortOther
 	}
-	return &AbortError{From: c.members[from], Origin: name(h.Step), Culprit: name(h.Chunk), Reason: reason}
+	return &AbortError{From: c.members[from], Origin: name(h.Step), OriginRank: int(h.Step),
+		Culprit: name(h.Chunk), CulpritRank: int(h.Chunk), Reason: reason}
 }
 
 // sender is the send walker's goroutine.
@@ -360,12 +365,21 @@ func (c *Comm) sender() {
 	}
 }
 
-// watchdog ends the collective in progress when its deadline passes, its
-// caller's context ends or the Comm closes.
+// watchdog ends the collective in progress when its timeout passes, a
+// member falls silent (with Config.Liveness), its caller's context ends or
+// the Comm closes. Its timer and ticker are made once and reset per
+// collective, so a collective allocates nothing here.
 func (c *Comm) watchdog() {
 	defer c.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	tick := time.NewTicker(time.Hour)
+	tick.Stop()
+	defer tick.Stop()
+	var ticks <-chan time.Time
+	if c.cfg.Liveness != nil {
+		ticks = tick.C
+	}
 	for {
 		var req watchReq
 		select {
@@ -374,6 +388,9 @@ func (c *Comm) watchdog() {
 			return
 		}
 		t.Reset(req.timeout)
+		if ticks != nil {
+			tick.Reset(c.livenessPeriod())
+		}
 		parent, closing := req.parent.Done(), c.closing
 	wait:
 		for {
@@ -383,6 +400,11 @@ func (c *Comm) watchdog() {
 				parent = nil
 			case <-t.C:
 				c.ctx.cancel(errDeadline)
+			case now := <-ticks:
+				if r := c.silentMember(now); r >= 0 {
+					c.silent.Store(int32(r))
+					c.ctx.cancel(errSilent)
+				}
 			case <-closing:
 				c.ctx.cancel(ErrClosed)
 				closing = nil
@@ -391,7 +413,26 @@ func (c *Comm) watchdog() {
 			}
 		}
 		t.Stop()
+		tick.Stop()
 	}
+}
+
+// livenessPeriod is how often the watchdog checks the members' liveness:
+// four times per PeerTimeout, so a silent member is found within 1.25
+// PeerTimeout of its last heartbeat.
+func (c *Comm) livenessPeriod() time.Duration {
+	return max(c.cfg.PeerTimeout/4, time.Millisecond)
+}
+
+// silentMember returns the first member other than this rank that
+// Liveness has not heard from for PeerTimeout at now, or -1.
+func (c *Comm) silentMember(now time.Time) int {
+	for r, m := range c.members {
+		if r != c.cfg.Rank && now.Sub(c.cfg.Liveness.LastHeard(m)) > c.cfg.PeerTimeout {
+			return r
+		}
+	}
+	return -1
 }
 
 // stopGrace is how long a failed collective lets a send in progress finish
@@ -441,7 +482,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	// Deadlines and the bandwidth estimate count wire bytes: that is what
 	// the links carry.
 	wireBytes := len(data) / es * wes
-	o.timeout = c.timeout(wireBytes)
+	o.timeout = c.cfg.CollectiveTimeout
 	if err := ctx.Err(); err != nil {
 		// The collective still takes its sequence number, and the peers
 		// learn at once that this rank will not take part, so every rank
@@ -501,11 +542,15 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 func (c *Comm) translate(err error, o *op) error {
 	switch {
 	case errors.Is(err, errDeadline):
-		t := &TimeoutError{Deadline: o.timeout}
+		t := &TimeoutError{Deadline: o.timeout, Rank: o.waiting}
 		if o.waiting >= 0 {
 			t.Peer = c.members[o.waiting]
 		}
 		return fmt.Errorf("ring: %v seq %d: %w", o.plan.Algo, o.hdr.Seq, t)
+	case errors.Is(err, errSilent):
+		r := int(c.silent.Load())
+		return fmt.Errorf("ring: %v seq %d: rank %d: %w", o.plan.Algo, o.hdr.Seq, r,
+			&transport.PeerError{Peer: c.members[r], Op: "heartbeat", Err: ErrPeerSilent})
 	case errors.Is(err, ErrClosed):
 		return ErrClosed
 	case errors.Is(err, errStopped), errors.Is(err, errSendFailed):
@@ -544,10 +589,13 @@ func (c *Comm) fail(o *op, err error) {
 	} else {
 		culprit := c.cfg.Rank
 		var me *MismatchError
+		var se *StaleEpochError
 		var te *TimeoutError
 		switch {
 		case errors.As(err, &me):
-			culprit = c.rankOf(me.Peer)
+			culprit = me.Rank
+		case errors.As(err, &se):
+			culprit = se.Rank
 		case errors.As(err, &te) && te.Peer != "":
 			culprit = c.rankOf(te.Peer)
 		default:
@@ -600,16 +648,16 @@ func (c *Comm) rankOf(peer transport.PeerID) int {
 	return -1
 }
 
-// timeout returns the deadline for a collective over a buffer of n bytes:
-// the base plus the time the bytes take at a quarter of the measured
-// throughput, capped by MaxTimeout.
-func (c *Comm) timeout(n int) time.Duration {
-	d := c.cfg.BaseTimeout + time.Duration(float64(n)/(c.bw/4)*float64(time.Second))
-	return min(d, c.cfg.MaxTimeout)
+// Bandwidth returns the measured throughput estimate, in bytes per second,
+// that a Comm replacing this one passes on as Config.InitialBandwidth.
+func (c *Comm) Bandwidth() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bw
 }
 
-// observe folds a successful collective's throughput into the estimate the
-// deadlines use. Small collectives are latency-bound and say little about
+// observe folds a successful collective's throughput into the bandwidth
+// estimate. Small collectives are latency-bound and say little about
 // bandwidth, so they are left out.
 func (c *Comm) observe(n int, d time.Duration) {
 	if n < minObservedBytes || d <= 0 {

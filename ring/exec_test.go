@@ -34,11 +34,11 @@ type cluster struct {
 	comms []*Comm
 }
 
-// testConfig is the Config a test rank gets by default: a deadline base long
-// enough for the race detector on two cores, so that tests that expect
-// another failure never see a timeout instead.
+// testConfig is the Config a test rank gets by default: the default
+// collective timeout, long enough that tests that expect another failure
+// never see a timeout instead.
 func testConfig(tb testing.TB, ids []transport.PeerID, r int) Config {
-	cfg := Config{Epoch: 1, Members: ids, Rank: r, BaseTimeout: 30 * time.Second, Logger: zerolog.Nop()}
+	cfg := Config{Epoch: 1, Members: ids, Rank: r, Logger: zerolog.Nop()}
 	if t, ok := tb.(*testing.T); ok {
 		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	}
@@ -452,28 +452,50 @@ func TestMismatchAlgo(t *testing.T) {
 }
 
 // TestStaleEpoch checks that a rank left in an older epoch does not mix
-// with the newer ones. Messages from an older epoch are discarded as
-// leftovers, so this is caught by the deadline, not as a mismatch: to the
-// newer ranks a laggard looks like a silent peer.
+// with the newer ones: the first message it receives from a newer epoch
+// fails it with a StaleEpochError naming the peer and both epochs, and
+// messages from the older epoch are discarded by the newer rank.
 func TestStaleEpoch(t *testing.T) {
 	cl := newCluster(t, 3, nil)
 	for _, c := range cl.comms {
 		c.Close()
 	}
 	comms := cl.newComms(t, cl.ids, func(c *Config) {
-		c.BaseTimeout = 200 * time.Millisecond
+		// The ring, in which every rank sends before it waits. (In recursive
+		// doubling the newer rank may wait first, and the older ones then
+		// hear nothing from it: explicit replies to older epochs are the
+		// membership layer's.)
+		c.SmallBytes = -1
+		c.CollectiveTimeout = 500 * time.Millisecond
 		if c.Rank == 1 {
 			c.Epoch = 2
 		}
 	})
-	failAll(t, comms, 3*time.Second, func(r int, c *Comm) error {
+	start := time.Now()
+	errs := each(comms, func(r int, c *Comm) error {
 		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 100))
-	}, func(r int, err error) error {
-		if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrMismatch) {
-			return fmt.Errorf("got %v, want ErrTimeout or ErrMismatch", err)
-		}
-		return nil
 	})
+	for _, r := range []int{0, 2} {
+		var se *StaleEpochError
+		var ae *AbortError
+		switch {
+		case errors.As(errs[r], &se):
+			if se.Peer != cl.ids[1] || se.Rank != 1 || se.Epoch != 1 || se.PeerEpoch != 2 {
+				t.Errorf("rank %d: %+v, want rank 1 in epoch 2 against this rank's 1", r, se)
+			}
+		case errors.As(errs[r], &ae) && errors.Is(errs[r], ErrStaleEpoch):
+		default:
+			t.Errorf("rank %d: got %v, want ErrStaleEpoch", r, errs[r])
+		}
+	}
+	// The newer rank discards the older epoch's messages, so to it the
+	// others look late, and it gives up at its collective timeout.
+	if !errors.Is(errs[1], ErrTimeout) {
+		t.Errorf("rank 1 (the newer epoch): got %v, want ErrTimeout", errs[1])
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
 }
 
 func TestKill(t *testing.T) {
@@ -519,8 +541,8 @@ func TestKill(t *testing.T) {
 }
 
 // TestTimeout checks, in fake time, that a rank cut off from the others
-// makes every rank fail with ErrTimeout at the deadline that the buffer's
-// size and the initial bandwidth estimate give.
+// (with no liveness to tell) makes every rank fail with ErrTimeout at the
+// collective timeout.
 func TestTimeout(t *testing.T) {
 	// Start the kernels' default pool outside the bubble: its workers live
 	// as long as the process.
@@ -529,10 +551,10 @@ func TestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		cl := newCluster(t, 4, func(c *Config) { c.BaseTimeout = 0 }) // the default, 2 s
+		cl := newCluster(t, 4, nil)
 		cl.net.Partition([]transport.PeerID{cl.ids[0]})
 		const length = 1 << 20
-		want := DefaultBaseTimeout + time.Duration(4*length/(initialBandwidth/4)*float64(time.Second))
+		want := DefaultCollectiveTimeout
 		start := time.Now()
 		errs := each(cl.comms, func(r int, c *Comm) error {
 			return AllReduce(t.Context(), c, wire.OpSum, make([]float32, length))
@@ -549,32 +571,28 @@ func TestTimeout(t *testing.T) {
 			}
 		}
 		var te *TimeoutError
-		if !errors.As(errs[1], &te) || te.Peer != cl.ids[0] || te.Deadline != want {
+		if !errors.As(errs[1], &te) || te.Peer != cl.ids[0] || te.Rank != 0 || te.Deadline != want {
 			t.Errorf("rank 1: got %v, want a TimeoutError waiting for %s after %v", errs[1], cl.ids[0], want)
 		}
 	})
 }
 
-func TestDeadline(t *testing.T) {
-	cl := newCluster(t, 1, func(c *Config) { c.BaseTimeout = time.Second; c.MaxTimeout = 10 * time.Second })
+// TestBandwidthEstimate checks that the estimate starts from
+// InitialBandwidth, follows large collectives and ignores small ones.
+func TestBandwidthEstimate(t *testing.T) {
+	cl := newCluster(t, 1, func(c *Config) { c.InitialBandwidth = 5e8 })
 	c := cl.comms[0]
-	if got := c.timeout(0); got != time.Second {
-		t.Errorf("empty buffer: %v, want 1s", got)
-	}
-	if got, want := c.timeout(25e6), 2*time.Second; got != want {
-		t.Errorf("25 MB at the initial 100 MB/s: %v, want %v", got, want)
-	}
-	if got := c.timeout(1e12); got != 10*time.Second {
-		t.Errorf("1 TB: %v, want the 10s cap", got)
+	if got := c.Bandwidth(); got != 5e8 {
+		t.Errorf("initial estimate %v, want 5e8", got)
 	}
 	for range 50 {
 		c.observe(1e9, time.Second) // 1 GB/s
 	}
-	if got := c.timeout(1e9); got < 4900*time.Millisecond || got > 5100*time.Millisecond {
-		t.Errorf("1 GB at a measured 1 GB/s: %v, want about 5s", got)
+	if got := c.Bandwidth(); got < 0.99e9 || got > 1.01e9 {
+		t.Errorf("after 1 GB/s collectives: %v", got)
 	}
 	c.observe(1000, time.Hour) // too small to count
-	if got := c.timeout(1e9); got > 5100*time.Millisecond {
+	if got := c.Bandwidth(); got < 0.99e9 {
 		t.Errorf("a small collective moved the estimate: %v", got)
 	}
 }
