@@ -36,6 +36,8 @@ func (w *Worker) newViewState(v View, rank int, shares []int, bandwidth float64)
 	for i, m := range v.Members {
 		vs.ids[i] = transport.PeerID(m)
 	}
+	others := slices.Delete(slices.Clone(vs.ids), rank, rank+1)
+	w.live.Watch(others)
 	rc := w.ringConfig(vs, bandwidth)
 	var err error
 	if vs.data, err = ring.NewComm(w.t, rc); err != nil {
@@ -83,5 +85,7 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 
 // ringConfig is the configuration of vs's communicators.
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
-	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.cfg.Logger}
+	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.cfg.Logger,
+		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
+		InitialBandwidth: bandwidth}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/liveness"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -124,6 +125,7 @@ type Worker struct {
 	log     zerolog.Logger
 	t       transport.Transport
 	ownT    bool
+	live    *liveness.Monitor // heartbeats with the view's members, for the whole worker's life
 	state   *State
 	sampler *Sampler
 	hooks   Hooks
@@ -218,6 +220,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		if errors.Is(err, transport.ErrUnauthenticated) {
 			w.lingerRefused(ctx)
 		}
+		return nil, err
+	}
+	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	vs, err := w.newViewState(view, cfg.Rank, cfg.Shares, 0)
@@ -685,6 +690,9 @@ func (w *Worker) Close() error {
 			w.cur.close()
 		}
 		w.mu.Unlock()
+		if w.live != nil {
+			w.live.Close()
+		}
 		if w.ownT && w.t != nil {
 			err = w.t.Close()
 		}
