@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
 )
 
 // TestBoundaryOutcomeAgreement: rank 1 fails a collective that rank 0, the
@@ -173,5 +175,108 @@ func TestWaitTimeoutThenAbandon(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLateWorkerIsWaitedFor: over mem and over QUIC on loopback, a worker
+// that reaches the allreduce 5 s after the others (slower than any
+// deadline the ring used to have) does not fail it, since it keeps
+// answering heartbeats.
+func TestLateWorkerIsWaitedFor(t *testing.T) {
+	for _, quic := range []bool{false, true} {
+		name := map[bool]string{false: "mem", true: "quic"}[quic]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ws := cluster{n: 3, quic: quic, adjust: func(_ int, c *Config) { c.GlobalBatch = 3 }}.mustStart(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs := each(ws, func(r int, w *Worker) error {
+				w.Batch()
+				if r == 2 {
+					time.Sleep(5 * time.Second) // evaluation, a checkpoint, a GC pause
+				}
+				g := []float64{float64(r)}
+				w.AllReduceAsync64(ctx, "g", g)
+				if err := w.Wait(ctx); err != nil {
+					return err
+				}
+				if g[0] != 1 { // equal shares: (0 + 1 + 2) / 3
+					return errors.New("wrong mean")
+				}
+				_, err := w.Boundary(ctx)
+				return err
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestLateBeyondCollectiveTimeout: with CollectiveTimeout below the delay,
+// the waiting worker fails with a TimeoutError naming the late one, and
+// the boundary fails on both (the vote waits no longer than any other
+// collective).
+func TestLateBeyondCollectiveTimeout(t *testing.T) {
+	ws := cluster{n: 2, adjust: func(_ int, c *Config) { c.CollectiveTimeout = 500 * time.Millisecond }}.mustStart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waits := make([]error, 2)
+	errs := each(ws, func(r int, w *Worker) error {
+		if r == 1 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		w.AllReduceAsync64(ctx, "g", []float64{1})
+		waits[r] = w.Wait(ctx)
+		_, err := w.Boundary(ctx)
+		return err
+	})
+	var te *ring.TimeoutError
+	if !errors.As(waits[0], &te) || te.Rank != 1 || string(te.Peer) != ws[1].View().Members[1] {
+		t.Fatalf("rank 0: Wait = %v, want a TimeoutError naming rank 1", waits[0])
+	}
+	for r, err := range errs {
+		if !errors.Is(err, ring.ErrTimeout) && !errors.Is(err, ErrIterationFailed) {
+			t.Errorf("rank %d: Boundary = %v, want it failed by the timeout", r, err)
+		}
+	}
+}
+
+// TestFrozenWorkerIsLost: a worker frozen mid-iteration (SIGSTOP) makes
+// every survivor's boundary fail with a PeerLostError naming its rank,
+// within about PeerTimeout.
+func TestFrozenWorkerIsLost(t *testing.T) {
+	const victim = 1
+	var net *mem.Network
+	ws := cluster{n: 3, adjust: func(_ int, c *Config) { c.PeerTimeout = 300 * time.Millisecond },
+		onNet: func(n *mem.Network) { net = n }}.mustStart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	victimID := transport.PeerID(ws[victim].View().Members[victim])
+	t.Cleanup(func() { net.Thaw(victimID) })
+	net.Freeze(victimID)
+	start := time.Now()
+	took := make([]time.Duration, len(ws))
+	errs := each(ws, func(r int, w *Worker) error {
+		if r == victim {
+			return nil // stopped
+		}
+		w.AllReduceAsync64(ctx, "g", []float64{1})
+		w.Wait(ctx)
+		_, err := w.Boundary(ctx)
+		took[r] = time.Since(start)
+		return err
+	})
+	for r, err := range errs {
+		if r == victim {
+			continue
+		}
+		var pl *PeerLostError
+		if !errors.As(err, &pl) || pl.Rank != victim || pl.Peer != victimID || !errors.Is(err, transport.ErrPeerGone) {
+			t.Errorf("rank %d: Boundary = %v, want a PeerLostError naming rank %d", r, err, victim)
+		}
+		if took[r] > 3*time.Second {
+			t.Errorf("rank %d took %v", r, took[r])
+		}
 	}
 }

@@ -47,6 +47,7 @@ type cluster struct {
 	quic    bool // real QUIC on loopback; otherwise the in-memory transport
 	adjust  func(rank int, c *Config)
 	options func(rank int) []Option
+	onNet   func(*mem.Network) // called with the in-memory network, if any
 }
 
 // start joins every worker concurrently and returns them in rank order,
@@ -67,6 +68,9 @@ func (cl cluster) start(t *testing.T) ([]*Worker, []error) {
 		key = testKey(t)
 	} else {
 		net = mem.NewNetwork(1)
+		if cl.onNet != nil {
+			cl.onNet(net)
+		}
 		for r := range peers {
 			peers[r] = fmt.Sprintf("127.0.0.1:%d", 1000+r)
 		}
