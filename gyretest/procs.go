@@ -1,0 +1,232 @@
+package gyretest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/launch"
+)
+
+var build struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Gyre builds the gyre command once per test binary and returns its path.
+// Packages that call it remove the build in TestMain with Main.
+func Gyre(tb testing.TB) string {
+	tb.Helper()
+	build.once.Do(func() {
+		if build.dir, build.err = os.MkdirTemp("", "gyretest-"); build.err != nil {
+			return
+		}
+		build.path = filepath.Join(build.dir, "gyre")
+		out, err := exec.Command("go", "build", "-o", build.path, "github.com/gyre-ml/gyre/cmd/gyre").CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go build gyre: %v\n%s", err, out)
+		}
+	})
+	if build.err != nil {
+		tb.Fatal(build.err)
+	}
+	return build.path
+}
+
+// Main runs the tests and then removes what Gyre built. Call it from
+// TestMain: func TestMain(m *testing.M) { gyretest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
+// ProcOptions describe a job of real processes with a static view.
+type ProcOptions struct {
+	// N is the number of processes.
+	N int
+	// Argv returns rank's program and arguments. Required; Gyre gives the
+	// path of the gyre command.
+	Argv func(rank int) []string
+	// Transport is "quic" (default) or "tcp".
+	Transport string
+	// Key returns rank's cluster secret, hex-encoded. Default: one fresh
+	// secret shared by all, as `gyre launch` makes.
+	Key func(rank int) string
+	// Env, if set, returns further KEY=VALUE entries for rank, applied
+	// after the harness's own (later entries win).
+	Env func(rank int) []string
+}
+
+// Procs is a running job of real processes.
+type Procs struct {
+	// Peers are the ranks' data-plane addresses, in rank order.
+	Peers []string
+	procs []*proc
+	start time.Time
+}
+
+type proc struct {
+	cmd      *exec.Cmd
+	out, err lockedBuffer
+	done     chan struct{}
+	waitErr  error
+	ended    time.Time
+}
+
+// lockedBuffer is a bytes.Buffer safe for the writes of a child's output
+// copier and the reads of the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Result is how one process ended.
+type Result struct {
+	Rank int
+	// Code is the exit status; -1 if a signal ended the process.
+	Code           int
+	Stdout, Stderr string
+	// Elapsed is the time from StartProcs to the exit.
+	Elapsed time.Duration
+}
+
+// StartProcs starts o.N processes, each with the environment `gyre launch`
+// gives its children: GYRE_PEERS, GYRE_RANK, GYRE_WORLD_SIZE,
+// GYRE_LOCAL_RANK, GYRE_DATA_ADDR, GYRE_TRANSPORT and GYRE_KEY, on free
+// loopback ports; the parent's GYRE_* variables are not passed on. When
+// the test ends, processes still running are killed, and if the test
+// failed every rank's output is logged.
+func StartProcs(tb testing.TB, o ProcOptions) *Procs {
+	tb.Helper()
+	peers, err := launch.FreePorts(o.N)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if o.Transport == "" {
+		o.Transport = gyre.TransportQUIC
+	}
+	if o.Key == nil {
+		key := Key(tb)
+		o.Key = func(int) string { return key }
+	}
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GYRE_") {
+			base = append(base, kv)
+		}
+	}
+	p := &Procs{Peers: peers, start: time.Now()}
+	tb.Cleanup(func() { p.cleanup(tb) })
+	for r := range o.N {
+		argv := o.Argv(r)
+		env := append(slices.Clone(base),
+			gyre.EnvPeers+"="+strings.Join(peers, ","),
+			gyre.EnvRank+"="+strconv.Itoa(r),
+			gyre.EnvWorldSize+"="+strconv.Itoa(o.N),
+			gyre.EnvLocalRank+"="+strconv.Itoa(r),
+			gyre.EnvDataAddr+"="+peers[r],
+			gyre.EnvTransport+"="+o.Transport,
+			gyre.EnvKey+"="+o.Key(r))
+		if o.Env != nil {
+			env = append(env, o.Env(r)...)
+		}
+		pr := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+		pr.cmd.Env = env
+		pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.err
+		if err := pr.cmd.Start(); err != nil {
+			tb.Fatalf("gyretest: start rank %d: %v", r, err)
+		}
+		go func() {
+			pr.waitErr = pr.cmd.Wait()
+			pr.ended = time.Now()
+			close(pr.done)
+		}()
+		p.procs = append(p.procs, pr)
+	}
+	return p
+}
+
+func (p *Procs) signal(tb testing.TB, rank int, sig syscall.Signal) {
+	tb.Helper()
+	if err := p.procs[rank].cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		tb.Fatalf("gyretest: %v to rank %d: %v", sig, rank, err)
+	}
+}
+
+// Kill sends SIGKILL to rank: a crash, with no last words.
+func (p *Procs) Kill(tb testing.TB, rank int) { p.signal(tb, rank, syscall.SIGKILL) }
+
+// Stop sends SIGSTOP to rank: alive to the kernel, silent to its peers.
+func (p *Procs) Stop(tb testing.TB, rank int) { p.signal(tb, rank, syscall.SIGSTOP) }
+
+// Cont resumes a rank stopped by Stop.
+func (p *Procs) Cont(tb testing.TB, rank int) { p.signal(tb, rank, syscall.SIGCONT) }
+
+// Wait waits for every process to exit, or ctx to end (then the processes
+// still running are killed), and returns how each ended.
+func (p *Procs) Wait(ctx context.Context) []Result {
+	res := make([]Result, len(p.procs))
+	for r := range p.procs {
+		res[r] = p.WaitRank(ctx, r)
+	}
+	return res
+}
+
+// WaitRank waits for rank to exit, or ctx to end (then it is killed).
+func (p *Procs) WaitRank(ctx context.Context, rank int) Result {
+	pr := p.procs[rank]
+	select {
+	case <-pr.done:
+	case <-ctx.Done():
+		pr.cmd.Process.Kill()
+		<-pr.done
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(pr.waitErr, &ee) {
+		code = ee.ExitCode()
+	}
+	return Result{Rank: rank, Code: code, Stdout: pr.out.String(), Stderr: pr.err.String(), Elapsed: pr.ended.Sub(p.start)}
+}
+
+// cleanup kills what still runs and, if the test failed, logs the output.
+func (p *Procs) cleanup(tb testing.TB) {
+	for _, pr := range p.procs {
+		pr.cmd.Process.Kill()
+		<-pr.done
+	}
+	if tb.Failed() {
+		for r, pr := range p.procs {
+			tb.Logf("rank %d stdout:\n%s\nrank %d stderr:\n%s", r, pr.out.String(), r, pr.err.String())
+		}
+	}
+}
