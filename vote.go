@@ -62,13 +62,13 @@ func (e *IterationError) Is(target error) bool { return target == ErrIterationFa
 // Unwrap returns Local.
 func (e *IterationError) Unwrap() error { return e.Local }
 
-// PeerLostError reports a worker that died, froze or became unreachable:
-// the vote could not complete. Every surviving worker returns one naming
+// PeerLostError reports a worker that died, froze or became unreachable,
+// from Wait or from a vote that could not complete. Every surviving worker returns one naming
 // the same rank, found from the data plane's own evidence (a broken
 // connection, or heartbeats missing for Config.PeerTimeout). It matches
 // ErrPeerLost and transport.ErrPeerGone, and unwraps to the cause.
 type PeerLostError struct {
-	// Iter is the iteration whose boundary (or Join, for -1) failed.
+	// Iter is the iteration that failed (-1: Join).
 	Iter int64
 	// Rank is the lost worker's rank in the view, -1 if unknown; Peer is
 	// its transport ID (its data address in the static view).
@@ -78,7 +78,7 @@ type PeerLostError struct {
 }
 
 func (e *PeerLostError) Error() string {
-	when := fmt.Sprintf("at the boundary of iteration %d", e.Iter)
+	when := fmt.Sprintf("in iteration %d", e.Iter)
 	if e.Iter < 0 {
 		when = "during Join"
 	}
@@ -176,13 +176,41 @@ func (w *Worker) lost(vs *viewState, iter int64, err error) error {
 	if errors.Is(err, ring.ErrClosed) {
 		return ErrClosed
 	}
-	if p, ok := transport.PeerOf(err); ok && errors.Is(err, transport.ErrPeerGone) {
-		return &PeerLostError{Iter: iter, Rank: vs.rankOf(p), Peer: p, Err: err}
+	if errors.Is(err, transport.ErrPeerGone) {
+		if r, p, ok := w.blame(vs, err); ok {
+			return &PeerLostError{Iter: iter, Rank: r, Peer: p, Err: err}
+		}
 	}
 	if iter < 0 {
 		return fmt.Errorf("gyre: join: vote: %w", err)
 	}
 	return fmt.Errorf("gyre: boundary of iteration %d: vote: %w", iter, err)
+}
+
+// blame names the member lost when err, a peer-gone failure, ended a
+// collective: the member unheard for longest, if any has been silent past
+// PeerTimeout, else the peer err names. Liveness comes first because a
+// crash is often seen through its consequences: a survivor that learned of
+// it first and gave up closes its connections at once, while the crashed
+// member's silence takes PeerTimeout to show; every survivor blames the
+// crashed one all the same.
+func (w *Worker) blame(vs *viewState, err error) (int, transport.PeerID, bool) {
+	now, best, longest := time.Now(), -1, w.cfg.PeerTimeout
+	for r, id := range vs.ids {
+		if r == vs.rank {
+			continue
+		}
+		if silent := now.Sub(w.live.LastHeard(id)); silent > longest {
+			best, longest = r, silent
+		}
+	}
+	if best >= 0 {
+		return best, vs.ids[best], true
+	}
+	if p, ok := transport.PeerOf(err); ok {
+		return vs.rankOf(p), p, true
+	}
+	return -1, "", false
 }
 
 // settle returns verdict once every worker holds the table it came from.

@@ -455,8 +455,10 @@ func (w *Worker) failedHandle(name string, err error) *Handle {
 }
 
 // Wait flushes the open gradient bucket and waits for every gradient
-// submitted in this iteration. It returns the first failure. The time from
-// Batch to Wait counts as the iteration's compute time.
+// submitted in this iteration. It returns the first failure; a worker lost
+// (dead, frozen or cut off) is reported as a *PeerLostError naming its
+// rank. The time from Batch to Wait counts as the iteration's compute
+// time.
 //
 // If ctx ends first, Wait returns ctx's error and only the wait ends: the
 // collectives go on under the worker's own lifetime, so the peers are not
@@ -478,6 +480,11 @@ func (w *Worker) Wait(ctx context.Context) error {
 	w.pending = w.pending[:0]
 	if first != nil && w.failed == nil {
 		w.failed = first
+	}
+	if first != nil && errors.Is(first, transport.ErrPeerGone) {
+		if r, p, ok := w.blame(w.cur, first); ok {
+			return &PeerLostError{Iter: w.iter, Rank: r, Peer: p, Err: first}
+		}
 	}
 	return first
 }
