@@ -17,10 +17,10 @@ type Channel uint8
 
 // Channels in use. Transports support every Channel below NumChannels.
 const (
-	ChanData    Channel = iota // collective payloads
-	ChanControl                // boundary records and other control traffic
-	ChanProbe                  // link probes
-	ChanLiveness               // heartbeats, apart from everything else (package liveness)
+	ChanData     Channel = iota // collective payloads
+	ChanControl                 // boundary records and other control traffic
+	ChanProbe                   // link probes
+	ChanLiveness                // heartbeats, apart from everything else (package liveness)
 	NumChannels
 )
 
