@@ -143,10 +143,14 @@ func MakeCluster(tb testing.TB, o Options) *Cluster {
 
 // Run calls f for every worker concurrently, with its rank, and returns
 // the errors in rank order. Workers that failed to join are skipped.
-func (c *Cluster) Run(f func(rank int, w *gyre.Worker) error) []error {
-	errs := make([]error, len(c.Workers))
+func (c *Cluster) Run(f func(rank int, w *gyre.Worker) error) []error { return Each(c.Workers, f) }
+
+// Each calls f for every non-nil worker of ws concurrently, with its index
+// as rank, and returns the errors in that order.
+func Each(ws []*gyre.Worker, f func(rank int, w *gyre.Worker) error) []error {
+	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
-	for r, w := range c.Workers {
+	for r, w := range ws {
 		if w == nil {
 			continue
 		}

@@ -1,0 +1,18 @@
+package gyre
+
+import "github.com/gyre-ml/gyre/ring"
+
+// Hooks into a Worker's internals for the external tests (package
+// gyre_test), which use the gyretest harness and so cannot be in-package.
+
+// DataComm returns the data communicator of w's current view, for tests
+// that run collectives on it directly.
+func DataComm(w *Worker) *ring.Comm { return w.cur.data }
+
+// FailIteration records err as the iteration's failed collective, as Wait
+// does for a failed bucket.
+func FailIteration(w *Worker, err error) {
+	if w.failed == nil {
+		w.failed = err
+	}
+}
