@@ -4,71 +4,63 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gyre-ml/gyre"
-	"github.com/gyre-ml/gyre/internal/launch"
-	"github.com/gyre-ml/gyre/internal/secret"
-	"github.com/gyre-ml/gyre/transport/transporttest"
+	"github.com/gyre-ml/gyre/gyretest"
 )
 
 // runJob trains the default job on n in-process workers over real QUIC on
 // loopback, each starting from its own random weights (model seed rank+1),
 // and returns every worker's per-iteration global loss and final result.
-func runJob(t *testing.T, n int, shares []int, iters int64, o Options) ([][]float64, []Result) {
+// It checks that every rank ends with the same state digest, the share-0
+// rank included, and returns rank 0's final parameters.
+func runJob(t *testing.T, n int, shares []int, iters int64, o Options) ([][]float64, []Result, [][]float64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	key, err := secret.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peers, err := launch.FreePorts(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := make([]*Job, n)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: n, Transport: gyretest.QUIC,
+		Config: func(_ int, c *gyre.Config) { c.Shares, c.GlobalBatch = shares, 64 },
+		State: func(r int) *gyre.State {
+			jobs[r] = NewJob(uint64(r)+1, 7)
+			return jobs[r].State()
+		}})
 	losses := make([][]float64, n)
 	results := make([]Result, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			job := NewJob(uint64(r)+1, 7)
-			cfg := gyre.Config{Key: key.Hex(), Peers: peers, Rank: r, Shares: shares, GlobalBatch: 64,
-				Logger: transporttest.Logger(t)}
-			w, err := gyre.Join(ctx, cfg, gyre.WithState(job.State()))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer w.Close()
-			o := o
-			o.Iters = iters
-			o.OnIteration = func(_ int64, loss float64) { losses[r] = append(losses[r], loss) }
-			if results[r], errs[r] = Run(ctx, w, job, o); errs[r] == nil {
-				errs[r] = w.Leave(ctx)
-			}
-		}()
-	}
-	wg.Wait()
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		o := o
+		o.Iters = iters
+		o.OnIteration = func(_ int64, loss float64) { losses[r] = append(losses[r], loss) }
+		var err error
+		results[r], err = Run(ctx, w, jobs[r], o)
+		return err
+	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	return losses, results
+	c.EnsureSameState(t)
+	if err := errors.Join(c.Run(func(_ int, w *gyre.Worker) error { return w.Leave(ctx) })...); err != nil {
+		t.Fatal(err)
+	}
+	return losses, results, jobs[0].Model.Params()
 }
+
+// lossTolerance is how far, relative, a data-parallel job's losses and
+// final parameters may be from one process's: only the order of
+// floating-point sums differs (observed: about 1e-15).
+const lossTolerance = 1e-12
 
 // TestEquivalence checks that 4 workers, with equal and with unequal
 // shares, follow the single-process loss trajectory of the same global
-// batch and seed: the sample-weighted mean makes data parallelism exact up
-// to the order of floating-point sums.
+// batch and seed, and end with identical states on every rank (the share-0
+// rank included) that match the single process's: the sample-weighted mean
+// makes data parallelism exact up to the order of floating-point sums.
 func TestEquivalence(t *testing.T) {
 	const iters = 50
 	o := Options{EvalEvery: iters, TestSize: 500}
-	single, _ := runJob(t, 1, nil, iters, o)
+	single, _, singleParams := runJob(t, 1, nil, iters, o)
 	for _, tc := range []struct {
 		name   string
 		shares []int
@@ -77,7 +69,7 @@ func TestEquivalence(t *testing.T) {
 		{"unequal", []int{30, 3, 0, 31}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			losses, _ := runJob(t, 4, tc.shares, iters, o)
+			losses, _, params := runJob(t, 4, tc.shares, iters, o)
 			worst := 0.0
 			for r, ls := range losses {
 				if len(ls) != iters {
@@ -86,7 +78,7 @@ func TestEquivalence(t *testing.T) {
 				for k, l := range ls {
 					rel := math.Abs(l-single[0][k]) / math.Abs(single[0][k])
 					worst = max(worst, rel)
-					if rel > 1e-9 || math.IsNaN(l) {
+					if rel > lossTolerance || math.IsNaN(l) {
 						t.Fatalf("rank %d iteration %d: loss %v, single process %v (relative %.3g)", r, k, l, single[0][k], rel)
 					}
 				}
@@ -94,7 +86,24 @@ func TestEquivalence(t *testing.T) {
 			if single[0][iters-1] >= single[0][0] {
 				t.Fatalf("the loss did not fall: %v to %v", single[0][0], single[0][iters-1])
 			}
-			t.Logf("worst relative loss difference over %d iterations: %.3g", iters, worst)
+			// The parameters too: every rank's are identical (runJob checked
+			// the digests), and they match the single process's up to the
+			// order of sums.
+			worstParam := 0.0
+			for l, p := range params {
+				scale := 0.0
+				for _, v := range singleParams[l] {
+					scale = max(scale, math.Abs(v))
+				}
+				for i, v := range p {
+					worstParam = max(worstParam, math.Abs(v-singleParams[l][i])/scale)
+				}
+			}
+			if worstParam > lossTolerance {
+				t.Fatalf("final parameters differ from the single process's by %.3g relative", worstParam)
+			}
+			t.Logf("worst relative difference from one process over %d iterations: loss %.3g, final parameters %.3g",
+				iters, worst, worstParam)
 		})
 	}
 }
