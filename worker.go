@@ -724,15 +724,15 @@ func ConnectAll(ctx context.Context, t transport.Transport, members []transport.
 				break
 			}
 			if errors.Is(err, transport.ErrUnauthenticated) {
-				return fmt.Errorf("gyre: connect to rank %d (%s): the cluster secrets differ: %w", i, m, err)
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): the cluster secrets differ: %w", rank, i, m, err)
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("gyre: connect to rank %d (%s): %w", i, m, err)
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): %w", rank, i, m, err)
 			}
 			select {
 			case <-time.After(connectRetry):
 			case <-ctx.Done():
-				return fmt.Errorf("gyre: connect to rank %d (%s): %w", i, m, ctx.Err())
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): %w", rank, i, m, ctx.Err())
 			}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,39 +19,50 @@ import (
 	"github.com/gyre-ml/gyre/internal/launch"
 )
 
-var build struct {
-	once sync.Once
+var builds struct {
+	mu   sync.Mutex
 	dir  string
-	path string
-	err  error
+	bins map[string]string // package path → binary
+}
+
+// Build builds the main package pkg (an import path such as
+// "github.com/gyre-ml/gyre/examples/embed") once per test binary and
+// returns the binary's path. Packages that call it remove the builds in
+// TestMain with Main.
+func Build(tb testing.TB, pkg string) string {
+	tb.Helper()
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if bin, ok := builds.bins[pkg]; ok {
+		return bin
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "gyretest-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		builds.dir, builds.bins = dir, make(map[string]string)
+	}
+	bin := filepath.Join(builds.dir, strconv.Itoa(len(builds.bins))+"-"+filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		tb.Fatalf("gyretest: go build %s: %v\n%s", pkg, err, out)
+	}
+	builds.bins[pkg] = bin
+	return bin
 }
 
 // Gyre builds the gyre command once per test binary and returns its path.
-// Packages that call it remove the build in TestMain with Main.
 func Gyre(tb testing.TB) string {
 	tb.Helper()
-	build.once.Do(func() {
-		if build.dir, build.err = os.MkdirTemp("", "gyretest-"); build.err != nil {
-			return
-		}
-		build.path = filepath.Join(build.dir, "gyre")
-		out, err := exec.Command("go", "build", "-o", build.path, "github.com/gyre-ml/gyre/cmd/gyre").CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("go build gyre: %v\n%s", err, out)
-		}
-	})
-	if build.err != nil {
-		tb.Fatal(build.err)
-	}
-	return build.path
+	return Build(tb, "github.com/gyre-ml/gyre/cmd/gyre")
 }
 
-// Main runs the tests and then removes what Gyre built. Call it from
+// Main runs the tests and then removes what Build and Gyre built. Call it from
 // TestMain: func TestMain(m *testing.M) { gyretest.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
 	}
 	os.Exit(code)
 }

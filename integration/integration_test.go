@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre/gyretest"
+)
+
+func TestMain(m *testing.M) { gyretest.Main(m) }
+
+// runs is how many times the divergence tests repeat.
+func runs() int {
+	if os.Getenv("GYRE_LONG_TESTS") == "1" {
+		return 20
+	}
+	return 3
+}
+
+// waitAll waits for the job and returns its results.
+func waitAll(t *testing.T, p *gyretest.Procs, limit time.Duration) []gyretest.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	return p.Wait(ctx)
+}
+
+// TestDivergenceReachesEveryone: with 2 and with 3 workers, one of which
+// registers a different state (gyre train --hidden 64) or other batch
+// settings (the example trainer, which calls log.Fatal on the first
+// error), every worker exits with ErrDiverged naming the odd rank, even
+// though each exits at once on the error, taking its unsent messages with
+// it.
+func TestDivergenceReachesEveryone(t *testing.T) {
+	gyre := gyretest.Gyre(t)
+	embed := gyretest.Build(t, "github.com/gyre-ml/gyre/examples/embed")
+	for _, tc := range []struct {
+		name string
+		argv func(odd bool) []string
+		want string
+	}{
+		{"state", func(odd bool) []string {
+			argv := []string{gyre, "--log-level", "error", "train", "--iters", "5"}
+			if odd {
+				argv = append(argv, "--hidden", "64")
+			}
+			return argv
+		}, "registered different state"},
+		{"settings", func(odd bool) []string {
+			argv := []string{embed, "--iters", "5"}
+			if odd {
+				argv = append(argv, "--rng-seed", "9")
+			}
+			return argv
+		}, "has different batch settings"},
+	} {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/n=%d", tc.name, n), func(t *testing.T) {
+				for run := range runs() {
+					p := gyretest.StartProcs(t, gyretest.ProcOptions{N: n,
+						Argv: func(r int) []string { return tc.argv(r == n-1) }})
+					for _, res := range waitAll(t, p, time.Minute) {
+						out := res.Stderr
+						if res.Code == 0 || !strings.Contains(out, "workers diverged") ||
+							!strings.Contains(out, fmt.Sprintf("rank %d %s", n-1, tc.want)) {
+							t.Fatalf("run %d: rank %d exited %d without ErrDiverged naming rank %d:\n%s",
+								run, res.Rank, res.Code, n-1, out)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestWrongKeyIsNamed: of 3 workers started by hand, one holds another
+// cluster secret. Every worker fails within 10 s with an authentication
+// error that names that worker's rank and says the secrets differ, instead
+// of waiting out its JoinTimeout.
+func TestWrongKeyIsNamed(t *testing.T) {
+	gyre := gyretest.Gyre(t)
+	good, bad := gyretest.Key(t), gyretest.Key(t)
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3,
+		Argv: func(int) []string { return []string{gyre, "--log-level", "error", "train", "--iters", "5"} },
+		Key: func(r int) string {
+			if r == 1 {
+				return bad
+			}
+			return good
+		}})
+	for _, res := range waitAll(t, p, time.Minute) {
+		if res.Code == 0 || res.Elapsed > 10*time.Second ||
+			!strings.Contains(res.Stderr, "the cluster secrets differ") || !strings.Contains(res.Stderr, "rank 1") {
+			t.Errorf("rank %d exited %d after %v; want an authentication error naming rank 1 within 10 s:\n%s",
+				res.Rank, res.Code, res.Elapsed.Round(time.Millisecond), res.Stderr)
+		}
+		t.Logf("rank %d failed after %v", res.Rank, res.Elapsed.Round(time.Millisecond))
+	}
+}
+
+// TestKillIsDetected: kill -9 of one of 3 training processes is detected
+// by both survivors within PeerTimeout (2 s) plus 1 s, over each transport,
+// and both name the killed rank. The time from the kill to each
+// survivor's exit is logged; bench/RESULTS.md quotes it.
+func TestKillIsDetected(t *testing.T) {
+	gyre := gyretest.Gyre(t)
+	for _, transport := range []string{"quic", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3, Transport: transport,
+				Argv: func(int) []string {
+					return []string{gyre, "--log-level", "error", "train", "--iters", "1000000", "--target-acc", "0"}
+				}})
+			time.Sleep(3 * time.Second) // joined and training
+			p.Kill(t, 1)
+			killed := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, r := range []int{0, 2} {
+				res := p.WaitRank(ctx, r)
+				took := time.Since(killed)
+				if res.Code == 0 || !strings.Contains(res.Stderr, "lost rank 1") {
+					t.Errorf("rank %d exited %d; want it to report rank 1 lost:\n%s", r, res.Code, res.Stderr)
+				}
+				if took > 3*time.Second {
+					t.Errorf("rank %d took %v to notice", r, took)
+				}
+				t.Logf("%s: rank %d exited %v after the kill", transport, r, took.Round(time.Millisecond))
+			}
+		})
+	}
+}
