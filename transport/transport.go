@@ -88,8 +88,18 @@ type Listener interface {
 	Addr() string
 }
 
-// Dropper is implemented by transports that can forget a peer, failing its
-// pending calls with a PeerError. The ring uses it to abandon a dead peer.
+// Dropper is implemented by transports that can abandon a peer, failing
+// its pending calls with a PeerError. The ring uses it to abandon a dead
+// peer. Drop does not block on the network and is safe for concurrent use.
 type Dropper interface {
 	Drop(peer PeerID, reason error)
+}
+
+// Forgetter is implemented by transports that can forget a peer for good:
+// Forget drops it, as Dropper does, and releases every record of it, so
+// that a membership whose peers come and go leaves nothing behind. A later
+// Connect or Recv treats the peer as never seen. It does not block on the
+// network and is safe for concurrent use.
+type Forgetter interface {
+	Forget(peer PeerID)
 }

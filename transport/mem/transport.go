@@ -13,6 +13,7 @@ var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Listener  = (*Transport)(nil)
 	_ transport.Dropper   = (*Transport)(nil)
+	_ transport.Forgetter = (*Transport)(nil)
 )
 
 // Transport is one node's end of a Network. It implements
@@ -202,6 +203,18 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 		causes[side], causes[1-side] = reason, ErrDropped
 		s.fail(causes, [2]bool{}, &n.pool)
 	}
+}
+
+// Forget drops peer and removes every record of it: a later Connect or
+// Recv treats it as a peer never seen (transport.Forgetter).
+func (t *Transport) Forget(peer transport.PeerID) {
+	t.Drop(peer, fmt.Errorf("mem: %s forgot %s", t.id, peer))
+	t.mu.Lock()
+	if p := t.peers[peer]; p != nil {
+		p.changed() // wake a Recv waiting for a session: it finds none and waits anew
+		delete(t.peers, peer)
+	}
+	t.mu.Unlock()
 }
 
 func (t *Transport) isClosed() bool {

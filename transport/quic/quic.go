@@ -51,6 +51,7 @@ var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Listener  = (*Transport)(nil)
 	_ transport.Dropper   = (*Transport)(nil)
+	_ transport.Forgetter = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -145,6 +146,11 @@ func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transpor
 // learns at once that it was dropped.
 func (t *Transport) Drop(peer transport.PeerID, reason error) {
 	t.core.Drop(peer, reason) // calls onDrop
+}
+
+// Forget drops peer and releases every record of it (transport.Forgetter).
+func (t *Transport) Forget(peer transport.PeerID) {
+	t.core.Forget(peer) // calls onDrop
 }
 
 // onDrop is the core's Config.OnDrop. It runs for Drop and for peers the

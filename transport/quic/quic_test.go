@@ -29,8 +29,8 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, newNodes(nil))
 }
 
-func TestConformanceStripes2(t *testing.T) {
-	transporttest.Run(t, newNodes(func(c *Config) { c.Stripes = 2 }))
+func TestConformanceStripes3(t *testing.T) {
+	transporttest.Run(t, newNodes(func(c *Config) { c.Stripes = 3 }))
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -34,6 +34,7 @@ var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Listener  = (*Transport)(nil)
 	_ transport.Dropper   = (*Transport)(nil)
+	_ transport.Forgetter = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -98,6 +99,11 @@ func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transpor
 // transport.PeerError wrapping reason. Drop does not block.
 func (t *Transport) Drop(peer transport.PeerID, reason error) {
 	t.core.Drop(peer, reason)
+}
+
+// Forget drops peer and releases every record of it (transport.Forgetter).
+func (t *Transport) Forget(peer transport.PeerID) {
+	t.core.Forget(peer) // calls onDrop
 }
 
 // Close stops listening, closes every connection and unblocks pending

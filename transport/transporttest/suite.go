@@ -49,6 +49,8 @@ var cases = []suiteCase{
 	{name: "Close", nodes: 2, run: testClose},
 	{name: "PeerGone", nodes: 2, run: testPeerGone},
 	{name: "NoLeaks", nodes: 3, leaks: true, run: testNoLeaks},
+	{name: "DropReconnectNoLeaks", nodes: 2, run: testDropReconnect},
+	{name: "Forget", nodes: 2, run: testForget},
 }
 
 // Run runs every conformance subtest (t.Run per case) against fresh nodes

@@ -30,6 +30,7 @@ type inSlot struct {
 	changed chan struct{} // closed and replaced whenever gens change
 	cur     *inGen        // generation the Recv in progress reads
 	cc      canceller     // sets a past deadline on cur when a Recv's ctx ends
+	quit    chan struct{} // closed when the peer is forgotten: stops the readers
 
 	// Owned by the Recv in progress (at most one per slot).
 	readers []*stripeReader // index s for stripe s > 0
@@ -69,7 +70,7 @@ func (s *inStream) Close() error {
 func (t *Transport) slotLocked(p *peer, ch transport.Channel) *inSlot {
 	s := p.in[ch]
 	if s == nil {
-		s = &inSlot{t: t, peer: p.id, ch: ch, changed: make(chan struct{})}
+		s = &inSlot{t: t, peer: p.id, ch: ch, changed: make(chan struct{}), quit: make(chan struct{})}
 		s.cc = canceller{mu: &t.mu, onCancel: s.cancelLocked}
 		p.in[ch] = s
 	}
@@ -427,6 +428,8 @@ func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf [
 		select {
 		case r.jobs <- readJob{sl: sl, g: g, s: st, h: h, lo: lo, hi: hi, buf: buf, discard: discard}:
 			continue
+		case <-sl.quit:
+			err = errForgotten
 		case <-sl.t.done:
 			err = transport.ErrClosed
 		}
@@ -475,7 +478,7 @@ func (sl *inSlot) reader(s int) (*stripeReader, error) {
 	}
 	r := &stripeReader{jobs: make(chan readJob), done: make(chan error, 1)}
 	t := sl.t
-	if !t.spawn(func() { r.run(t.done) }) {
+	if !t.spawn(func() { r.run(t.done, sl.quit) }) {
 		return nil, transport.ErrClosed
 	}
 	sl.readers[s] = r
@@ -500,9 +503,11 @@ type readJob struct {
 	discard bool
 }
 
-func (r *stripeReader) run(done <-chan struct{}) {
+func (r *stripeReader) run(done, quit <-chan struct{}) {
 	for {
 		select {
+		case <-quit:
+			return
 		case j := <-r.jobs:
 			err := readPart(j.s, j.h, j.lo, j.hi, j.buf, j.discard, &r.scratch, wire.FrameHeader{}, false)
 			if err != nil {

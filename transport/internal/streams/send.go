@@ -52,11 +52,11 @@ type outChan struct {
 	ch  transport.Channel
 	sem chan struct{}
 
-	mu      sync.Mutex // guards dead, cc and writes to streams; the sem holder reads without it
+	mu      sync.Mutex // guards dead, cc and writes to streams and writers; the sem holder reads without it
 	dead    bool
 	streams []*outStream // one per stripe, opened lazily
 
-	writers []*stripeWriter // one per stripe above 0, started lazily
+	writers []*stripeWriter // one per stripe above 0, started lazily, stopped by Close
 	cc      canceller       // closes the streams when a Send's ctx ends
 }
 
@@ -73,9 +73,17 @@ func (s *outStream) close() {
 	}
 }
 
-// Close closes the channel's streams for good (Drop, Close).
+// Close closes the channel's streams for good and stops its stripe
+// writers (Drop, Close), so that a dropped peer leaves no goroutine behind.
 func (oc *outChan) Close() error {
 	oc.mu.Lock()
+	if !oc.dead {
+		for _, w := range oc.writers {
+			if w != nil {
+				close(w.quit)
+			}
+		}
+	}
 	oc.dead = true
 	oc.cc.releaseLocked()
 	for _, s := range oc.streams {
@@ -241,9 +249,12 @@ func (oc *outChan) write(hdr wire.Header, payload []byte, used int) error {
 	sent := 1
 	for ; sent < used; sent++ {
 		lo, hi := wire.StripePart(hdr.Len, k, sent)
+		w := oc.writers[sent]
 		select {
-		case oc.writers[sent].jobs <- writeJob{w: oc.streams[sent].w, h: hdr, part: payload[lo:hi], off: lo}:
+		case w.jobs <- writeJob{w: oc.streams[sent].w, h: hdr, part: payload[lo:hi], off: lo}:
 			continue
+		case <-w.quit:
+			err = errStreamClosed
 		case <-t.done:
 			err = transport.ErrClosed
 		}
@@ -270,11 +281,21 @@ func (oc *outChan) write(hdr wire.Header, payload []byte, used int) error {
 func (oc *outChan) open(ctx context.Context, s int) error {
 	t := oc.op.t
 	if s > 0 && oc.writers[s] == nil {
-		w := &stripeWriter{jobs: make(chan writeJob), done: make(chan error, 1)}
+		w := &stripeWriter{jobs: make(chan writeJob), done: make(chan error, 1), quit: make(chan struct{})}
 		if !t.spawn(func() { w.run(t.done) }) {
 			return transport.ErrClosed
 		}
-		oc.writers[s] = w
+		oc.mu.Lock()
+		dead := oc.dead
+		if dead {
+			close(w.quit) // Close ran meanwhile and did not see it
+		} else {
+			oc.writers[s] = w
+		}
+		oc.mu.Unlock()
+		if dead {
+			return errStreamClosed
+		}
 	}
 	st, err := oc.op.links[s].OpenStream(ctx)
 	if err != nil {
@@ -320,10 +341,12 @@ func (t *Transport) spawn(f func()) bool {
 }
 
 // stripeWriter writes the parts of striped messages to one stripe. It is
-// a persistent goroutine so that a striped Send allocates nothing.
+// a persistent goroutine so that a striped Send allocates nothing; it ends
+// when its channel is closed (quit) or the transport is.
 type stripeWriter struct {
 	jobs chan writeJob
-	done chan error // one result per job taken
+	done chan error    // one result per job taken
+	quit chan struct{} // closed by outChan.Close
 }
 
 type writeJob struct {
@@ -338,6 +361,8 @@ func (sw *stripeWriter) run(done <-chan struct{}) {
 		select {
 		case j := <-sw.jobs:
 			sw.done <- j.w.WriteFrames(j.h, j.part, j.off)
+		case <-sw.quit:
+			return
 		case <-done:
 			return
 		}

@@ -104,6 +104,7 @@ type Transport struct {
 var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Dropper   = (*Transport)(nil)
+	_ transport.Forgetter = (*Transport)(nil)
 )
 
 // peer is everything known about one peer. Guarded by Transport.mu.
@@ -231,12 +232,22 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 	return nil
 }
 
-// Drop forgets peer: its links and streams are closed, pending calls on it
-// fail with a *transport.PeerError wrapping reason, and so do later Recvs
-// until the peer opens new streams. Send needs a new Connect. Then
-// Config.OnDrop runs. Drop does not block on the network; after Close it
-// does nothing.
-func (t *Transport) Drop(id transport.PeerID, reason error) {
+// Drop abandons peer: its links and streams are closed, its stripe
+// writers stop, pending calls on it fail with a *transport.PeerError
+// wrapping reason, and so do later Recvs until the peer opens new streams.
+// Send needs a new Connect. Then Config.OnDrop runs. Drop does not block
+// on the network; after Close it does nothing.
+func (t *Transport) Drop(id transport.PeerID, reason error) { t.drop(id, reason, false) }
+
+// Forget drops peer as Drop does and removes every record of it, its
+// inbound stripe readers included, so that peers that come and go leave
+// nothing behind; a later Connect or Recv treats it as a peer never seen.
+func (t *Transport) Forget(id transport.PeerID) { t.drop(id, errForgotten, true) }
+
+// errForgotten is the Drop reason of Forget.
+var errForgotten = errors.New("forgotten")
+
+func (t *Transport) drop(id transport.PeerID, reason error, forget bool) {
 	if reason == nil {
 		reason = errDropped
 	}
@@ -255,6 +266,12 @@ func (t *Transport) Drop(id transport.PeerID, reason error) {
 	for ch := range p.in {
 		s := t.slotLocked(p, transport.Channel(ch))
 		closers = s.killLocked(perr, closers)
+		if forget {
+			close(s.quit)
+		}
+	}
+	if forget {
+		delete(t.peers, id)
 	}
 	t.mu.Unlock()
 	for _, c := range closers {
