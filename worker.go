@@ -663,24 +663,25 @@ func (w *Worker) Abandon(ctx context.Context) error {
 }
 
 // Leave ends this worker's part in the job. With the static view every
-// worker leaves together: Leave waits at a barrier for all of them, so none
-// is left waiting for this one's messages, then closes the worker.
+// worker leaves together: Leave waits at a barrier for all of them, then
+// says farewell and waits (up to CollectiveTimeout) until every peer has
+// said farewell too or is gone, so that closing cuts off no message a peer
+// still needs, then closes the worker.
 func (w *Worker) Leave(ctx context.Context) error {
 	if err := w.idle(); err != nil {
 		return err
 	}
 	err := w.cur.ctrl.Barrier(ctx)
-	if err == nil && w.ownT {
-		// The transports close abruptly: let the barrier's last messages
-		// reach the peers first.
-		time.Sleep(closeLinger)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
+		err = w.live.Farewell(fctx, w.cfg.PeerTimeout)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("gyre: leave: waiting for the peers' farewells: %w", err)
+		}
 	}
 	return errors.Join(err, w.Close())
 }
-
-// closeLinger is how long Leave keeps the transport open after the final
-// barrier.
-const closeLinger = 300 * time.Millisecond
 
 // Close stops the worker at once: pending gradients fail with ErrClosed,
 // and the transport is closed unless it was given with WithTransport.

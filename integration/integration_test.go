@@ -133,3 +133,21 @@ func TestKillIsDetected(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaveLosesNothing: short jobs whose workers exit right after Leave
+// all end with status 0, over QUIC, which keeps unacknowledged data in the
+// process: Leave's farewell, not a sleep, keeps a worker from exiting
+// while a peer still needs its last barrier message.
+func TestLeaveLosesNothing(t *testing.T) {
+	gyre := gyretest.Gyre(t)
+	for run := range runs() {
+		p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3, Argv: func(int) []string {
+			return []string{gyre, "--log-level", "error", "train", "--iters", "3", "--eval-every", "3"}
+		}})
+		for _, res := range waitAll(t, p, time.Minute) {
+			if res.Code != 0 {
+				t.Fatalf("run %d: rank %d exited %d:\n%s", run, res.Rank, res.Code, res.Stderr)
+			}
+		}
+	}
+}

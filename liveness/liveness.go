@@ -44,11 +44,17 @@ type Monitor struct {
 	peers  map[transport.PeerID]*peer
 }
 
-// peer is one watched peer: its two goroutines and when it was last heard.
+// peer is one watched peer: its two goroutines, when it was last heard,
+// and whether it said farewell or its connection ended.
 type peer struct {
 	heard  atomic.Int64 // unix nanoseconds
+	bye    atomic.Bool  // a farewell arrived
+	gone   atomic.Bool  // receiving from it failed: closed, reset or dropped
 	cancel context.CancelFunc
 }
+
+// flagFarewell marks a heartbeat as the sender's farewell (Farewell).
+const flagFarewell = 1
 
 // New returns a Monitor watching no peers.
 func New(cfg Config) (*Monitor, error) {
@@ -112,6 +118,52 @@ func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
 	return time.Unix(0, p.heard.Load())
 }
 
+// Farewell is the drain before a job's common end: it tells every watched
+// peer that this worker needs nothing more from it, then waits until every
+// peer has said the same, or its connection has ended, or it has been
+// silent for patience, or ctx ends (then it returns ctx's error). A worker
+// that has finished its last collective calls it before closing its
+// transport: once every peer has said farewell, none is still waiting for
+// a message of this worker's that a close could cut off. Transports hand
+// messages to the network without confirming delivery, and QUIC keeps
+// unacknowledged data in the process, so without it the last messages of
+// a worker that exits at once can be lost.
+func (m *Monitor) Farewell(ctx context.Context, patience time.Duration) error {
+	m.mu.Lock()
+	ids := make([]transport.PeerID, 0, len(m.peers))
+	peers := make([]*peer, 0, len(m.peers))
+	for id, p := range m.peers {
+		ids, peers = append(ids, id), append(peers, p)
+	}
+	m.mu.Unlock()
+	hdr := wire.Header{Kind: wire.KindControl, Flags: flagFarewell}
+	for _, id := range ids {
+		if err := m.t.Send(ctx, id, transport.ChanLiveness, hdr, nil); err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	tick := time.NewTicker(max(m.interval/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		done := true
+		for _, p := range peers {
+			silent := time.Since(time.Unix(0, p.heard.Load())) > patience
+			if !p.bye.Load() && !p.gone.Load() && !silent {
+				done = false
+				break
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Close stops every heartbeat and waits for the Monitor's goroutines. It
 // does not close the transport, and is idempotent.
 func (m *Monitor) Close() error {
@@ -157,14 +209,18 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 	defer m.wg.Done()
 	var buf [0]byte
 	for {
-		_, _, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
+		h, _, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
 		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 			return
 		}
 		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
 			p.heard.Store(time.Now().UnixNano())
+			if h.Flags == flagFarewell {
+				p.bye.Store(true)
+			}
 			continue
 		}
+		p.gone.Store(true)
 		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")
 		select {
 		case <-time.After(m.interval):

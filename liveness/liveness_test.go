@@ -2,6 +2,7 @@ package liveness_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -111,3 +112,48 @@ func TestWatchAndClose(t *testing.T) {
 }
 
 func hdrSeq(i int) wire.Header { return wire.Header{Kind: wire.KindData, Seq: uint64(i)} }
+
+// TestFarewell: Farewell returns once every peer has said farewell, or is
+// gone, or silent past patience; a peer that is alive and says nothing
+// holds it until its context ends.
+func TestFarewell(t *testing.T) {
+	t.Run("both", func(t *testing.T) {
+		_, _, mons := pair(t)
+		errs := make(chan error, 2)
+		for _, m := range mons {
+			go func() { errs <- m.Farewell(t.Context(), time.Minute) }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("peer closed", func(t *testing.T) {
+		_, trs, mons := pair(t)
+		time.AfterFunc(50*time.Millisecond, func() { trs[1].Close() })
+		if err := mons[0].Farewell(t.Context(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("peer frozen", func(t *testing.T) {
+		net, _, mons := pair(t)
+		net.Freeze("b")
+		t.Cleanup(func() { net.Thaw("b") })
+		start := time.Now()
+		if err := mons[0].Farewell(t.Context(), 10*interval); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d < 5*interval {
+			t.Fatalf("Farewell returned after %v, before the frozen peer was silent for long", d)
+		}
+	})
+	t.Run("peer silent but alive", func(t *testing.T) {
+		_, _, mons := pair(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*interval)
+		defer cancel()
+		if err := mons[0].Farewell(ctx, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Farewell = %v, want it to wait for the live peer until the deadline", err)
+		}
+	})
+}

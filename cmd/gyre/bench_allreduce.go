@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/bench"
 	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/liveness"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -179,10 +181,6 @@ func printReport(cmd *cobra.Command, rep benchReport, jsonFile string) error {
 	return nil
 }
 
-// closeLinger is how long a worker keeps its transport open after its last
-// collective.
-const closeLinger = 300 * time.Millisecond
-
 // allReduceWorker is one rank of the benchmark, configured by GYRE_*.
 func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.AllReduceOptions) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
@@ -198,11 +196,6 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 		return err
 	}
 	defer t.Close()
-	// Transports close abruptly, so a rank must not close while its last
-	// messages are in flight: after success, a peer may still wait for this
-	// rank's last barrier message; after a failure, the abort markers that
-	// tell every peer why must land. Linger before closing either way.
-	defer time.Sleep(closeLinger)
 	members := make([]transport.PeerID, len(cfg.Peers))
 	for i, p := range cfg.Peers {
 		members[i] = transport.PeerID(p) // a worker's name is its advertised address
@@ -210,7 +203,24 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	if err := gyre.ConnectAll(ctx, t, members, cfg.Rank); err != nil {
 		return err
 	}
-	comm, err := ring.NewComm(t, ring.Config{Epoch: 1, Members: members, Rank: cfg.Rank, Logger: c.log})
+	live, err := liveness.New(liveness.Config{Transport: t, Interval: cfg.PeerTimeout / 4, Logger: c.log})
+	if err != nil {
+		return err
+	}
+	defer live.Close()
+	live.Watch(slices.Delete(slices.Clone(members), cfg.Rank, cfg.Rank+1))
+	// Transports hand messages to the network without confirming delivery:
+	// after success a peer may still wait for this rank's last barrier
+	// message, and after a failure the abort markers that tell every peer
+	// why must land. So every rank says farewell and waits for the others'
+	// before closing, either way.
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), cfg.PeerTimeout+time.Second)
+		defer cancel()
+		live.Farewell(fctx, cfg.PeerTimeout)
+	}()
+	comm, err := ring.NewComm(t, ring.Config{Epoch: 1, Members: members, Rank: cfg.Rank, Logger: c.log,
+		CollectiveTimeout: cfg.CollectiveTimeout, PeerTimeout: cfg.PeerTimeout, Liveness: live})
 	if err != nil {
 		return err
 	}
