@@ -710,14 +710,19 @@ func (w *Worker) Close() error {
 
 // ConnectAll connects t to every member but members[rank], retrying while
 // they start, until ctx ends. A member that refuses this worker's
-// credentials fails it at once. In the static view a member's address is
-// its ID.
+// credentials fails it at once, and so does one whose own connection this
+// transport refused (transport.RefusalReporter), even if it has gone since:
+// the cluster secrets differ, and waiting would not help. In the static
+// view a member's address is its ID.
 func ConnectAll(ctx context.Context, t transport.Transport, members []transport.PeerID, rank int) error {
 	for i, m := range members {
 		if i == rank {
 			continue
 		}
 		for {
+			if err := refusedMember(t, members, rank); err != nil {
+				return err
+			}
 			cctx, cancel := context.WithTimeout(ctx, connectAttempt)
 			err := t.Connect(cctx, m, string(m))
 			cancel()
@@ -734,6 +739,24 @@ func ConnectAll(ctx context.Context, t transport.Transport, members []transport.
 			case <-time.After(connectRetry):
 			case <-ctx.Done():
 				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): %w", rank, i, m, ctx.Err())
+			}
+		}
+	}
+	return nil
+}
+
+// refusedMember returns an error naming the first member, other than rank,
+// whose connection t refused for its certificate, or nil.
+func refusedMember(t transport.Transport, members []transport.PeerID, rank int) error {
+	rr, ok := t.(transport.RefusalReporter)
+	if !ok {
+		return nil
+	}
+	for _, ref := range rr.Refusals() {
+		for i, m := range members {
+			if i != rank && (ref.Claimed == m || ref.Remote == string(m)) {
+				return fmt.Errorf("gyre: rank %d: rank %d (%s) connected with a certificate this cluster's CA did not issue: the cluster secrets differ: %w",
+					rank, i, m, ref.Err)
 			}
 		}
 	}

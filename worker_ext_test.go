@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	quicgo "github.com/quic-go/quic-go"
 	"go.uber.org/goleak"
 
 	"github.com/gyre-ml/gyre"
@@ -20,6 +21,8 @@ import (
 	"github.com/gyre-ml/gyre/internal/launch"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/quic"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 // The multi-worker tests of package gyre, through the gyretest harness.
@@ -722,5 +725,49 @@ func TestAbandonAndRedo(t *testing.T) {
 		if !slices.Equal(clean[r], clean[0]) || !slices.Equal(redone[r], clean[0]) {
 			t.Fatalf("rank %d: uninterrupted %v, redone %v, rank 0 %v", r, clean[r], redone[r], clean[0])
 		}
+	}
+}
+
+// TestJoinNamesARefusedPeer: a worker of the view with another cluster
+// secret dials once and goes away. The good worker's Join does not wait
+// for it until JoinTimeout: its transport refused that worker's
+// connection, so Join fails at once with ErrUnauthenticated naming its
+// rank. The odd worker here presents its certificate without checking the
+// server's first (as a worker whose check passed would), so the refusal
+// carries the name it claims; and it never listens, so the good worker's
+// dials to it find nobody and only the refusal can tell it what is wrong.
+func TestJoinNamesARefusedPeer(t *testing.T) {
+	peers, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := gyre.Join(context.Background(), gyre.Config{Key: gyretest.Key(t), Peers: peers, Rank: 0, JoinTimeout: time.Minute})
+		done <- err
+	}()
+	tc := transporttest.Issue(t, transporttest.NewCA(t), peers[1]).ClientTLS(quic.ALPN)
+	tc.InsecureSkipVerify = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		conn, err := quicgo.DialAddr(dctx, peers[0], tc, nil)
+		dcancel()
+		if err == nil {
+			<-conn.Context().Done() // refused after the handshake
+			break
+		}
+		if strings.Contains(err.Error(), "CRYPTO_ERROR") {
+			break
+		}
+	}
+	err = <-done
+	if !errors.Is(err, transport.ErrUnauthenticated) || !containsAll(err.Error(), "rank 1", peers[1], "did not issue", "secrets differ") {
+		t.Fatalf("Join = %v, want ErrUnauthenticated naming rank 1", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Join took %v", d)
 	}
 }

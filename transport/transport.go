@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/gyre-ml/gyre/internal/wire"
 )
@@ -102,4 +103,28 @@ type Dropper interface {
 // network and is safe for concurrent use.
 type Forgetter interface {
 	Forget(peer PeerID)
+}
+
+// Refusal is an inbound connection that a transport refused during
+// authentication: the peer does not hold this cluster's secret.
+type Refusal struct {
+	// Remote is the refused connection's remote address. Over QUIC it is
+	// the peer's listening address; over TCP the port is ephemeral.
+	Remote string
+	// Claimed is the common name in the certificate the peer presented,
+	// which is its peer ID if it is a Gyre worker. It is unverified (the
+	// certificate did not check out), so it serves only to name the peer
+	// in errors and logs. "" if it presented none.
+	Claimed PeerID
+	At      time.Time
+	// Err says why; it wraps ErrUnauthenticated.
+	Err error
+}
+
+// RefusalReporter is implemented by transports that authenticate peers.
+// Refusals returns the most recent refusals, oldest first, at most a fixed
+// number (64). It does not block and is safe for concurrent use. A worker
+// uses it to name a peer whose secret differs instead of waiting for it.
+type RefusalReporter interface {
+	Refusals() []Refusal
 }

@@ -122,10 +122,12 @@ func (ca *CA) Issue(name string) (*Identity, error) {
 // ServerTLS returns a TLS 1.3 server config that presents the leaf and
 // requires a client certificate chained to the cluster CA. The chain is
 // checked in VerifyPeerCertificate rather than by crypto/tls so that a
-// refusal can be reported: onReject, if not nil, is called with the reason
-// for every client refused. quic-go never surfaces failed handshakes to the
+// refusal can be reported: onReject, if not nil, is called for every
+// client refused, with the common name its certificate claims (unverified:
+// only for naming the refused peer in errors and logs; "" if none) and the
+// reason. quic-go never surfaces failed handshakes to the
 // accepting side, so this is the server's only sight of an intruder.
-func (id *Identity) ServerTLS(onReject func(error), alpn ...string) *tls.Config {
+func (id *Identity) ServerTLS(onReject func(claimed string, err error), alpn ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{id.cert},
@@ -134,7 +136,7 @@ func (id *Identity) ServerTLS(onReject func(error), alpn ...string) *tls.Config 
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			_, err := id.ca.verify(raw)
 			if err != nil && onReject != nil {
-				onReject(err)
+				onReject(claimedName(raw), err)
 			}
 			return err
 		},
@@ -165,6 +167,19 @@ func (id *Identity) PeerName(cs tls.ConnectionState) (string, error) {
 		raw[i] = c.Raw
 	}
 	return id.ca.verify(raw)
+}
+
+// claimedName returns the common name of the leaf in raw without
+// verifying it, or "".
+func claimedName(raw [][]byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return ""
+	}
+	return leaf.Subject.CommonName
 }
 
 // verify checks that raw[0] is a leaf issued by the CA and returns its name.

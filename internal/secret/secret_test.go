@@ -116,7 +116,7 @@ func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr err
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tc := tls.Server(s, server.ServerTLS(func(err error) { rejected = append(rejected, err) }, "gyre/1"))
+		tc := tls.Server(s, server.ServerTLS(func(_ string, err error) { rejected = append(rejected, err) }, "gyre/1"))
 		if serverErr = tc.Handshake(); serverErr == nil {
 			serverSaw, serverErr = server.PeerName(tc.ConnectionState())
 		}

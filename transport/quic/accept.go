@@ -3,6 +3,7 @@ package quic
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"sync/atomic"
 
@@ -34,8 +35,15 @@ func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (c
 		if h.accepted.Load() || h.refused.Load() {
 			return
 		}
+		cause := context.Cause(ctx)
+		if certFailure(cause) != "" {
+			// The client refused our certificate before presenting its own:
+			// a worker of another cluster. Its address is its listening
+			// address, which names it.
+			t.refusals.Add(h.remote.String(), "", fmt.Errorf("the client does not trust this worker's certificate: %w", cause))
+		}
 		t.logOpen(func(log *zerolog.Logger) {
-			log.Warn().Str("remote", h.remote.String()).Err(context.Cause(ctx)).Msg("handshake failed")
+			log.Warn().Str("remote", h.remote.String()).Err(cause).Msg("handshake failed")
 		})
 	})
 	return ctx, nil
@@ -53,12 +61,14 @@ func (t *Transport) serverTLS() *tls.Config {
 			remote = hello.Conn.RemoteAddr().String()
 		}
 		h, _ := hello.Context().Value(handshakeKey{}).(*handshake)
-		return id.ServerTLS(func(err error) {
+		return id.ServerTLS(func(claimed string, err error) {
 			if h != nil {
 				h.refused.Store(true)
 			}
+			t.refusals.Add(remote, claimed, err)
 			t.logOpen(func(log *zerolog.Logger) {
-				log.Warn().Str("remote", remote).Err(err).Msg("refused: client certificate not issued by this cluster")
+				log.Warn().Str("remote", remote).Str("claims", claimed).Err(err).
+					Msg("refused: client certificate not issued by this cluster's CA: the cluster secrets differ")
 			})
 		}, ALPN), nil
 	}

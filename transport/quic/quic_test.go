@@ -601,3 +601,26 @@ func TestRestartResetsStaleConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalsReported: a worker of another cluster that dials is listed
+// by the accepting side's Refusals, with its listening address, since over
+// QUIC one socket serves both; its own Connect says why.
+func TestRefusalsReported(t *testing.T) {
+	a, _ := loggedNode(t, transporttest.NewCA(t), "a")
+	x, _ := loggedNode(t, transporttest.NewCA(t), "x")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := x.Connect(ctx, "a", a.Addr()); !errors.Is(err, transport.ErrUnauthenticated) {
+		t.Fatalf("Connect with another secret: got %v, want ErrUnauthenticated", err)
+	}
+	var refs []transport.Refusal
+	for deadline := time.Now().Add(5 * time.Second); len(refs) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		refs = a.Refusals()
+	}
+	if len(refs) != 1 || refs[0].Remote != x.Addr() || !errors.Is(refs[0].Err, transport.ErrUnauthenticated) {
+		t.Fatalf("Refusals = %+v, want one naming %s", refs, x.Addr())
+	}
+	if got := x.Refusals(); len(got) != 0 {
+		t.Fatalf("the dialer lists refusals of its own: %+v", got)
+	}
+}

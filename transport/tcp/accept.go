@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/gyre-ml/gyre/transport"
@@ -88,9 +89,11 @@ func (t *Transport) serve(c net.Conn) {
 func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.PeerID, error) {
 	refused := false
 	// A config per connection, so the refusal hook knows the address.
-	cfg := t.cfg.Identity.ServerTLS(func(err error) {
+	cfg := t.cfg.Identity.ServerTLS(func(claimed string, err error) {
 		refused = true
-		t.log.Warn().Str("remote", remote).Err(err).Msg("refused: client certificate not issued by this cluster")
+		t.refusals.Add(remote, claimed, err)
+		t.log.Warn().Str("remote", remote).Str("claims", claimed).Err(err).
+			Msg("refused: client certificate not issued by this cluster's CA: the cluster secrets differ")
 	}, ALPN)
 	// Nothing may travel server to client after the acknowledgement: the
 	// dialer never reads again, and unread bytes at close make its kernel
@@ -124,6 +127,9 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	if err != nil {
 		if !refused {
 			t.log.Warn().Str("remote", remote).Err(err).Msg("refused: TLS handshake failed")
+			if distrusted(err) {
+				t.refusals.Add(remote, "", fmt.Errorf("the client does not trust this worker's certificate: %w", err))
+			}
 		}
 		return nil, "", err
 	}
@@ -163,4 +169,17 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 		return 1, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// distrusted reports whether a server handshake failed because the client
+// refused the server's certificate (TLS alert bad_certificate, 42, or
+// unknown_certificate_authority, 48): a client of another cluster, which
+// checks the server before it presents its own certificate.
+func distrusted(err error) bool {
+	var ae tls.AlertError
+	if errors.As(err, &ae) {
+		return ae == 42 || ae == 48
+	}
+	s := err.Error()
+	return strings.Contains(s, "remote error: tls: bad certificate") || strings.Contains(s, "remote error: tls: unknown certificate authority")
 }

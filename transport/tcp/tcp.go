@@ -11,6 +11,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/internal/refusals"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
 
@@ -20,6 +21,7 @@ type Transport struct {
 	cfg       Config
 	log       zerolog.Logger
 	core      *streams.Transport
+	refusals  refusals.Log // inbound connections refused by the certificate check
 	ln        net.Listener
 	clientTLS *tls.Config // nil when insecure
 
@@ -31,10 +33,11 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport = (*Transport)(nil)
-	_ transport.Listener  = (*Transport)(nil)
-	_ transport.Dropper   = (*Transport)(nil)
-	_ transport.Forgetter = (*Transport)(nil)
+	_ transport.Transport       = (*Transport)(nil)
+	_ transport.Listener        = (*Transport)(nil)
+	_ transport.Dropper         = (*Transport)(nil)
+	_ transport.Forgetter       = (*Transport)(nil)
+	_ transport.RefusalReporter = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -100,6 +103,10 @@ func (t *Transport) Recv(ctx context.Context, peer transport.PeerID, ch transpor
 func (t *Transport) Drop(peer transport.PeerID, reason error) {
 	t.core.Drop(peer, reason)
 }
+
+// Refusals returns the recent inbound connections refused for a
+// certificate this cluster's CA did not issue (transport.RefusalReporter).
+func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
 // Forget drops peer and releases every record of it (transport.Forgetter).
 func (t *Transport) Forget(peer transport.PeerID) {

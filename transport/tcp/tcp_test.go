@@ -687,3 +687,34 @@ func TestSendCancelled(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalsReported: the accepting side lists both kinds of refusal: a
+// client that refused its certificate (by address), and a client whose
+// certificate it refused itself (with the name the certificate claims).
+func TestRefusalsReported(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	a := newNode(t, transporttest.NewCA(t), "a", nil)
+	b := newNode(t, transporttest.NewCA(t), "b", nil)
+	if err := b.Connect(ctx, "a", a.Addr()); !errors.Is(err, transport.ErrUnauthenticated) {
+		t.Fatalf("Connect with another secret: %v, want ErrUnauthenticated", err)
+	}
+	g := newNode(t, transporttest.NewCA(t), "g", nil)
+	g.clientTLS = transporttest.Issue(t, transporttest.NewCA(t), "g").ClientTLS(ALPN)
+	g.clientTLS.InsecureSkipVerify = true
+	g.clientTLS.RootCAs = nil
+	if err := g.Connect(ctx, "a", a.Addr()); !errors.Is(err, transport.ErrUnauthenticated) {
+		t.Fatalf("Connect with another secret: %v, want ErrUnauthenticated", err)
+	}
+	var refs []transport.Refusal
+	for deadline := time.Now().Add(5 * time.Second); len(refs) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		refs = a.Refusals()
+	}
+	if len(refs) != 2 || refs[0].Claimed != "" || refs[1].Claimed != "g" {
+		t.Fatalf("Refusals = %+v, want the distrusting client, then g by name", refs)
+	}
+	for _, r := range refs {
+		if !errors.Is(r.Err, transport.ErrUnauthenticated) || r.Remote == "" {
+			t.Errorf("refusal %+v", r)
+		}
+	}
+}
