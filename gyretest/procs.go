@@ -1,7 +1,6 @@
 package gyretest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 var builds struct {
@@ -94,29 +94,10 @@ type Procs struct {
 
 type proc struct {
 	cmd      *exec.Cmd
-	out, err lockedBuffer
+	out, err transporttest.LogBuffer // a locked buffer: the copier writes, the test reads
 	done     chan struct{}
 	waitErr  error
 	ended    time.Time
-}
-
-// lockedBuffer is a bytes.Buffer safe for the writes of a child's output
-// copier and the reads of the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Result is how one process ended.
