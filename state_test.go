@@ -2,6 +2,7 @@ package gyre
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -48,5 +49,23 @@ func TestStateRegistrationErrors(t *testing.T) {
 	}
 	if NewState().Float32("a", nil).layout() == NewState().Float64("a", nil).layout() {
 		t.Error("layout ignores the kind")
+	}
+}
+
+// BenchmarkStateDigest measures State.Digest, which Boundary runs at the
+// iterations where it checks the state: its cost per byte sets how often
+// a model of a given size can be checked within 1% of an iteration.
+func BenchmarkStateDigest(b *testing.B) {
+	for _, mib := range []int{1, 64} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			s := NewState().Float32("w", make([]float32, mib<<18))
+			b.SetBytes(int64(mib) << 20)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Digest(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
