@@ -102,35 +102,45 @@ func TestWrongKeyIsNamed(t *testing.T) {
 	}
 }
 
-// TestKillIsDetected: kill -9 of one of 3 training processes is detected
-// by both survivors within PeerTimeout (2 s) plus 1 s, over each transport,
-// and both name the killed rank. The time from the kill to each
+// TestLostWorkerIsDetected: kill -9 or SIGSTOP of one of 3 training
+// processes is detected by both survivors within PeerTimeout (2 s) plus
+// 1 s, over each transport, and both name the lost rank. A stopped process
+// keeps its connections (the kernel still acknowledges its packets), so
+// only its missing heartbeats tell. The time from the signal to each
 // survivor's exit is logged; bench/RESULTS.md quotes it.
-func TestKillIsDetected(t *testing.T) {
+func TestLostWorkerIsDetected(t *testing.T) {
 	gyre := gyretest.Gyre(t)
-	for _, transport := range []string{"quic", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3, Transport: transport,
-				Argv: func(int) []string {
-					return []string{gyre, "--log-level", "error", "train", "--iters", "1000000", "--target-acc", "0"}
-				}})
-			time.Sleep(3 * time.Second) // joined and training
-			p.Kill(t, 1)
-			killed := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for _, r := range []int{0, 2} {
-				res := p.WaitRank(ctx, r)
-				took := time.Since(killed)
-				if res.Code == 0 || !strings.Contains(res.Stderr, "lost rank 1") {
-					t.Errorf("rank %d exited %d; want it to report rank 1 lost:\n%s", r, res.Code, res.Stderr)
+	for _, tc := range []struct {
+		fault string
+		do    func(*gyretest.Procs, testing.TB, int)
+	}{
+		{"kill", (*gyretest.Procs).Kill},
+		{"stop", (*gyretest.Procs).Stop},
+	} {
+		for _, transport := range []string{"quic", "tcp"} {
+			t.Run(tc.fault+"/"+transport, func(t *testing.T) {
+				p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3, Transport: transport,
+					Argv: func(int) []string {
+						return []string{gyre, "--log-level", "error", "train", "--iters", "1000000", "--target-acc", "0"}
+					}})
+				time.Sleep(3 * time.Second) // joined and training
+				tc.do(p, t, 1)
+				lost := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				for _, r := range []int{0, 2} {
+					res := p.WaitRank(ctx, r)
+					took := time.Since(lost)
+					if res.Code == 0 || !strings.Contains(res.Stderr, "lost rank 1") {
+						t.Errorf("rank %d exited %d; want it to report rank 1 lost:\n%s", r, res.Code, res.Stderr)
+					}
+					if took > 3*time.Second {
+						t.Errorf("rank %d took %v to notice", r, took)
+					}
+					t.Logf("%s/%s: rank %d exited %v after the signal", tc.fault, transport, r, took.Round(time.Millisecond))
 				}
-				if took > 3*time.Second {
-					t.Errorf("rank %d took %v to notice", r, took)
-				}
-				t.Logf("%s: rank %d exited %v after the kill", transport, r, took.Round(time.Millisecond))
-			}
-		})
+			})
+		}
 	}
 }
 

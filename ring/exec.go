@@ -572,7 +572,9 @@ func (c *Comm) translate(err error, o *op) error {
 // then failed and told it. That costs n-1 markers per failed rank, only on
 // failure. A member this rank never connected to is skipped (Send fails
 // with ErrNotConnected), so connecting to all members makes aborts reach
-// furthest.
+// furthest. So is a culprit known to be gone, and the markers go out
+// concurrently: a stopped peer's full buffers would otherwise hold back
+// the markers to the live ones until abortSendTimeout.
 func (c *Comm) fail(o *op, err error) {
 	for i := range c.dirty {
 		c.dirty[i] = true
@@ -580,11 +582,15 @@ func (c *Comm) fail(o *op, err error) {
 	h := o.hdr
 	h.Kind = wire.KindControl
 	skip := -1
+	gone := -1 // a culprit that is dead or silent: a marker to it would only block
 	var ae *AbortError
 	if errors.As(err, &ae) {
 		h.Flags = uint8(ae.Reason)
 		h.Step, h.Chunk = uint32(c.rankOf(ae.Origin)), uint32(c.rankOf(ae.Culprit))
 		skip = c.rankOf(ae.From)
+		if ae.Reason == AbortPeerGone {
+			gone = c.rankOf(ae.Culprit)
+		}
 		c.log.Debug().Err(err).Uint64("seq", h.Seq).Msg("collective aborted by a peer")
 	} else {
 		culprit := c.cfg.Rank
@@ -608,34 +614,34 @@ func (c *Comm) fail(o *op, err error) {
 		}
 		h.Flags = uint8(reasonOf(err))
 		h.Step, h.Chunk = uint32(c.cfg.Rank), uint32(culprit)
+		if errors.Is(err, transport.ErrPeerGone) && culprit != c.cfg.Rank {
+			gone = culprit
+		}
 		c.log.Warn().Err(err).Uint64("seq", h.Seq).Msg("collective failed")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), abortSendTimeout)
 	defer cancel()
-	// The peers this plan sends to first: they are the likeliest to be
-	// waiting for this rank.
-	order := make([]int, 0, len(c.members))
-	seen := make([]bool, len(c.members))
-	seen[c.cfg.Rank] = true
-	if skip >= 0 {
-		seen[skip] = true
-	}
-	for _, x := range o.plan.Sends {
-		if !seen[x.Peer] {
-			seen[x.Peer] = true
-			order = append(order, x.Peer)
+	skipped := make([]bool, len(c.members))
+	skipped[c.cfg.Rank] = true
+	for _, r := range []int{skip, gone} {
+		if r >= 0 {
+			skipped[r] = true
 		}
 	}
+	// Concurrently: a peer whose connection is stuck (its process stopped,
+	// its buffers full) must not hold back the markers to the others.
+	var wg sync.WaitGroup
 	for r := range c.members {
-		if !seen[r] {
-			order = append(order, r)
+		if skipped[r] {
+			continue
 		}
+		wg.Go(func() {
+			if serr := c.t.Send(ctx, c.members[r], c.cfg.Channel, h, nil); serr != nil {
+				c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
+			}
+		})
 	}
-	for _, r := range order {
-		if serr := c.t.Send(ctx, c.members[r], c.cfg.Channel, h, nil); serr != nil {
-			c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
-		}
-	}
+	wg.Wait()
 }
 
 // rankOf returns the rank of peer, or -1.
