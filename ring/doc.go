@@ -26,8 +26,11 @@
 // ErrMismatch. A rank that fails for any reason sends an abort marker to
 // the other members, which fail with an error of the same class and
 // forward it, so a failure reaches the waiting ranks instead of leaving
-// them to their deadlines. Comm's documentation lists the failures and what
-// a caller does after one.
+// them to their timeouts. Late is not dead: a collective waits for live
+// members up to Config.CollectiveTimeout, and with Config.Liveness (the
+// liveness package's heartbeats) fails within Config.PeerTimeout on a
+// member that fell silent. Comm's documentation lists the failures and
+// what a caller does after one.
 //
 // Compression. AllReduceCompressed and ReduceScatterCompressed send
 // float32 data as bf16 or fp16, halving the bytes on the wire; reductions
