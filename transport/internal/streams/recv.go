@@ -317,7 +317,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			closers = g.killLocked(perr, nil)
 			retry = len(sl.gens) > 1 && sl.gens[0] == g // a newer generation follows
 			if !retry {
-				t.log.Info().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Msg("peer closed the channel")
+				t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Msg("peer closed the channel")
 			}
 			err = perr
 		case errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge):
@@ -327,7 +327,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 		default:
 			perr = &transport.PeerError{Peer: sl.peer, Op: "recv", Err: err}
 			closers = g.killLocked(perr, nil)
-			t.log.Info().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Err(err).Msg("stream failed")
+			t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Err(err).Msg("stream failed")
 			err = perr
 		}
 		sl.signalLocked()
