@@ -138,3 +138,23 @@ func TestProcsKill(t *testing.T) {
 		}
 	}
 }
+
+// TestProcsStopCont: a worker stopped for less than PeerTimeout and then
+// resumed is late, not dead: the job completes.
+func TestProcsStopCont(t *testing.T) {
+	gyre := gyretest.Gyre(t)
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 2, Argv: func(int) []string {
+		return []string{gyre, "--log-level", "warn", "train", "--iters", "400", "--target-acc", "0", "--eval-every", "100"}
+	}})
+	time.Sleep(time.Second)
+	p.Stop(t, 1)
+	time.Sleep(800 * time.Millisecond)
+	p.Cont(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, res := range p.Wait(ctx) {
+		if res.Code != 0 {
+			t.Errorf("rank %d exited %d: %s", res.Rank, res.Code, res.Stderr)
+		}
+	}
+}
