@@ -114,8 +114,8 @@ type record struct {
 	// decision digests the view and shares this worker will use next;
 	// settings digests the settings that must never differ.
 	decision uint64
-	// status is 0 if every collective of the iteration completed, else
-	// 1 + the failure's class (see statusOf).
+	// status is statusOK if every collective of the iteration completed,
+	// else the failure's class (see statusOf).
 	status int64
 	// digest is the state digest (0: not checked at this vote), hashNs the
 	// time it took.
@@ -232,7 +232,7 @@ func (w *Worker) settle(ctx context.Context, vs *viewState, verdict error) error
 func failures(recs []record, iter int64, local error) error {
 	e := &IterationError{Iter: iter, Local: local}
 	for r, rec := range recs {
-		if rec.status != 0 {
+		if rec.status != statusOK {
 			e.Ranks = append(e.Ranks, r)
 			e.Reasons = append(e.Reasons, statusName(rec.status))
 		}
@@ -243,30 +243,42 @@ func failures(recs []record, iter int64, local error) error {
 	return e
 }
 
-// statusOf classifies a local failure for the record: 0 for none.
+// Statuses in a record: how the iteration's collectives ended on a rank.
+const (
+	statusOK = iota
+	statusOther
+	statusMismatch
+	statusPeerGone
+	statusTimeout
+	statusCanceled
+	statusClosed
+)
+
+var statusNames = [...]string{statusOK: "ok", statusOther: "other", statusMismatch: "mismatch",
+	statusPeerGone: "peer gone", statusTimeout: "timeout", statusCanceled: "canceled", statusClosed: "closed"}
+
+// statusOf classifies a local failure for the record.
 func statusOf(err error) int64 {
 	switch {
 	case err == nil:
-		return 0
+		return statusOK
 	case errors.Is(err, ring.ErrMismatch):
-		return 1 + 1
+		return statusMismatch
 	case errors.Is(err, transport.ErrPeerGone):
-		return 1 + 2
+		return statusPeerGone
 	case errors.Is(err, ring.ErrTimeout):
-		return 1 + 3
+		return statusTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return 1 + 4
+		return statusCanceled
 	case errors.Is(err, ring.ErrClosed), errors.Is(err, ErrClosed):
-		return 1 + 5
+		return statusClosed
 	}
-	return 1
+	return statusOther
 }
 
-var statusNames = []string{"other", "mismatch", "peer gone", "timeout", "canceled", "closed"}
-
 func statusName(s int64) string {
-	if s >= 1 && int(s) <= len(statusNames) {
-		return statusNames[s-1]
+	if s > statusOK && int(s) < len(statusNames) {
+		return statusNames[s]
 	}
 	return "other"
 }
