@@ -1,0 +1,104 @@
+package membership
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Role is what a node is in the job.
+type Role uint8
+
+// Roles.
+const (
+	RoleWorker   Role = iota + 1 // a worker: it may enter views
+	RoleObserver                 // an observer (gyre members): never in a view
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleWorker:
+		return "worker"
+	case RoleObserver:
+		return "observer"
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// metaVersion is the encoding's version, its first byte. A node that reads
+// a version it does not know reports the member's metadata as unreadable.
+const metaVersion = 1
+
+// MaxMeta is the largest encoded Meta: memberlist's limit on node metadata.
+const MaxMeta = 512
+
+// ErrMeta is wrapped by errors about metadata that cannot be encoded or
+// decoded.
+var ErrMeta = errors.New("membership: bad node metadata")
+
+// Meta is what a node tells the others about itself through gossip.
+type Meta struct {
+	// DataAddr is the data-plane address the transport bound (its Addr,
+	// not the flag: port 0 is allowed).
+	DataAddr string
+	// Job names the job; nodes of other jobs are ignored.
+	Job string
+	// Protocol is the Gyre protocol version the node speaks.
+	Protocol uint16
+	Role     Role
+	// Epoch and Rank are the node's current view and rank in it (Rank -1:
+	// in no view).
+	Epoch uint64
+	Rank  int32
+	// Device is the device probe's summary, such as "cpu:2".
+	Device string
+}
+
+// MarshalBinary encodes m: the version, then fixed fields, then the
+// strings, each with a one-byte length.
+func (m Meta) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, 64)
+	b = append(b, metaVersion, byte(m.Role))
+	b = binary.LittleEndian.AppendUint16(b, m.Protocol)
+	b = binary.LittleEndian.AppendUint64(b, m.Epoch)
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Rank))
+	for _, s := range []string{m.DataAddr, m.Job, m.Device} {
+		if len(s) > 255 {
+			return nil, fmt.Errorf("%w: a field of %d bytes, at most 255", ErrMeta, len(s))
+		}
+		b = append(b, byte(len(s)))
+		b = append(b, s...)
+	}
+	if len(b) > MaxMeta {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMeta, len(b), MaxMeta)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary encoded.
+func (m *Meta) UnmarshalBinary(b []byte) error {
+	const fixed = 1 + 1 + 2 + 8 + 4
+	if len(b) < fixed || len(b) > MaxMeta {
+		return fmt.Errorf("%w: %d bytes", ErrMeta, len(b))
+	}
+	if b[0] != metaVersion {
+		return fmt.Errorf("%w: version %d, this node reads %d", ErrMeta, b[0], metaVersion)
+	}
+	var out Meta
+	out.Role = Role(b[1])
+	out.Protocol = binary.LittleEndian.Uint16(b[2:])
+	out.Epoch = binary.LittleEndian.Uint64(b[4:])
+	out.Rank = int32(binary.LittleEndian.Uint32(b[12:]))
+	rest := b[fixed:]
+	for _, dst := range []*string{&out.DataAddr, &out.Job, &out.Device} {
+		if len(rest) == 0 || len(rest) < 1+int(rest[0]) {
+			return fmt.Errorf("%w: truncated", ErrMeta)
+		}
+		*dst, rest = string(rest[1:1+int(rest[0])]), rest[1+int(rest[0]):]
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: %d bytes after the last field", ErrMeta, len(rest))
+	}
+	*m = out
+	return nil
+}

@@ -1,0 +1,57 @@
+package membership
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMetaRoundTrip(t *testing.T) {
+	m := Meta{DataAddr: "127.0.0.1:7947", Job: "train", Protocol: 1, Role: RoleWorker, Epoch: 9, Rank: -1, Device: "cpu:2"}
+	b, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Meta
+	if err := got.UnmarshalBinary(b); err != nil || got != m {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
+	}
+	for n := range len(b) {
+		if err := got.UnmarshalBinary(b[:n]); !errors.Is(err, ErrMeta) {
+			t.Fatalf("%d of %d bytes decoded: %v", n, len(b), err)
+		}
+	}
+	b[0] = 2
+	if err := got.UnmarshalBinary(b); !errors.Is(err, ErrMeta) || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("unknown version: %v", err)
+	}
+}
+
+func TestMetaLimits(t *testing.T) {
+	if _, err := (Meta{Job: strings.Repeat("j", 256)}).MarshalBinary(); !errors.Is(err, ErrMeta) {
+		t.Fatalf("a 256-byte field: %v", err)
+	}
+	big := Meta{DataAddr: strings.Repeat("a", 255), Job: strings.Repeat("j", 255), Device: strings.Repeat("d", 255)}
+	if _, err := big.MarshalBinary(); !errors.Is(err, ErrMeta) {
+		t.Fatalf("metadata over %d bytes: %v", MaxMeta, err)
+	}
+}
+
+func FuzzMeta(f *testing.F) {
+	b, _ := Meta{DataAddr: "127.0.0.1:1", Job: "j", Role: RoleObserver}.MarshalBinary()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m Meta
+		if m.UnmarshalBinary(b) != nil {
+			return
+		}
+		again, err := m.MarshalBinary()
+		if err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", m, err)
+		}
+		var m2 Meta
+		if err := m2.UnmarshalBinary(again); err != nil || m2 != m {
+			t.Fatalf("re-encoding changed %+v to %+v (%v)", m, m2, err)
+		}
+	})
+}
