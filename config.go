@@ -1,6 +1,7 @@
 package gyre
 
 import (
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -41,6 +42,17 @@ const (
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
+	// MaxView is the largest view: the boundary record's alive bitmap has
+	// one bit per member.
+	MaxView = 64 * aliveWords
+	// DefaultJob is Job's default.
+	DefaultJob = "gyre"
+)
+
+// Gossip timing presets accepted by Config.GossipTiming.
+const (
+	GossipLAN   = "lan"
+	GossipLocal = "local"
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -73,14 +85,24 @@ type Config struct {
 	// KeyFile. Exactly one of the two is required unless Insecure is set.
 	Key string
 
-	// Listen is the gossip address, host:port. Default "127.0.0.1:7946".
+	// Listen is the gossip address, host:port, which memberlist binds
+	// (TCP and UDP) exactly: never 0.0.0.0. Setting it, or Seeds, turns
+	// gossip membership on; with neither, a worker runs alone or in the
+	// static view of Peers. Default with Seeds: "127.0.0.1:7946".
 	Listen string
 	// DataAddr is the data-plane listen address. Default: Listen's host
 	// with Listen's port + 1 (port 0 stays 0: pick any free port).
 	DataAddr string
-	// Advertise is the data-plane address peers should use to reach this
-	// worker (NAT, containers). Default: DataAddr.
+	// Advertise is the host the others reach this worker at (NAT,
+	// containers), for gossip and data plane alike; the ports are the
+	// bound ones of Listen and DataAddr, since one address cannot carry
+	// both. memberlist advertises Advertise with the gossip port, and the
+	// node metadata carries Advertise with the data port. Default:
+	// DataAddr's host.
 	Advertise string
+	// Job names the job in gossip: members of other jobs are ignored.
+	// Default "gyre".
+	Job string
 
 	// Peers is the static view: every worker's advertised data address, in
 	// rank order, as `gyre launch` (or an MPI-style launcher) passes it in
@@ -96,15 +118,28 @@ type Config struct {
 	// LocalRank is this worker's index among the workers on its host, for
 	// choosing a device. Default 0.
 	LocalRank int
-	// Seeds are gossip seed addresses (host:port) to join a cluster by.
-	// Gossip membership is not built yet, so setting Seeds is an error that
-	// says to use Peers; the field is here so flags and the environment
-	// keep their final shape.
+	// Seeds are gossip seed addresses (host:port) of any live members: a
+	// worker with Seeds joins the job through them and waits, pending,
+	// until a boundary admits it into the view. A worker with Listen and
+	// no Seeds starts a job. Seeds excludes Peers, Rank, WorldSize and
+	// Shares, which the view decides.
 	Seeds []string
-	// MinWorkers is how many workers must be present before iteration 0
-	// starts. Default: WorldSize. With the static view every listed peer
-	// is needed anyway, so it may not exceed WorldSize.
+	// MinWorkers is how many workers must be in the view before iteration
+	// 0 starts; later leaves may shrink the view below it. Default: 1 with
+	// gossip, WorldSize in the static view (which needs every peer anyway).
 	MinWorkers int
+	// MaxWorkers caps the view; joiners beyond it stay pending. Default
+	// and upper bound MaxView.
+	MaxWorkers int
+	// GossipTiming is memberlist's timing preset: "lan" (default) or
+	// "local" (one machine: faster probes and suspicion).
+	GossipTiming string
+	// GossipProbeInterval and GossipSuspicionMult, if set, override the
+	// preset: how often a node probes another, and how many probe
+	// intervals a suspected node has to refute it. Loaded machines relax
+	// them so that a busy worker is not declared dead by gossip.
+	GossipProbeInterval time.Duration
+	GossipSuspicionMult int
 
 	// JoinTimeout bounds how long Join waits for the other workers when
 	// its context has no deadline of its own. Default 5 minutes.
@@ -155,6 +190,7 @@ type Config struct {
 
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
+	gossip := c.Gossip()
 	if c.Transport == "" {
 		c.Transport = DefaultTransport
 	}
@@ -164,24 +200,33 @@ func (c Config) WithDefaults() Config {
 	if c.MaxFrame == 0 {
 		c.MaxFrame = DefaultMaxFrame
 	}
-	if c.Listen == "" {
-		c.Listen = DefaultListen
+	if c.Listen == "" && gossip {
+		c.Listen = DefaultListen // Seeds without Listen
 	}
 	if c.DataAddr == "" {
 		if c.Rank >= 0 && c.Rank < len(c.Peers) {
 			c.DataAddr = c.Peers[c.Rank] // a launcher's view names this worker's address
 		} else {
-			c.DataAddr = nextPort(c.Listen)
+			c.DataAddr = nextPort(cmp.Or(c.Listen, DefaultListen))
 		}
 	}
 	if c.Advertise == "" {
-		c.Advertise = c.DataAddr
+		c.Advertise, _, _ = net.SplitHostPort(c.DataAddr)
 	}
-	if c.WorldSize == 0 {
+	if c.Job == "" {
+		c.Job = DefaultJob
+	}
+	if c.GossipTiming == "" {
+		c.GossipTiming = GossipLAN
+	}
+	if c.WorldSize == 0 && !gossip {
 		c.WorldSize = max(len(c.Peers), 1)
 	}
 	if c.MinWorkers == 0 {
-		c.MinWorkers = c.WorldSize
+		c.MinWorkers = max(c.WorldSize, 1)
+	}
+	if c.MaxWorkers == 0 {
+		c.MaxWorkers = MaxView
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = DefaultJoinTimeout
@@ -205,12 +250,26 @@ func (c Config) WithDefaults() Config {
 		c.Shares = EqualShares(c.GlobalBatch, c.WorldSize)
 	}
 	if c.Name == "" {
-		c.Name = c.Advertise
-		if _, port, err := net.SplitHostPort(c.Advertise); err == nil && port == "0" {
+		c.Name = c.AdvertisedData()
+		if _, port, err := net.SplitHostPort(c.DataAddr); err == nil && port == "0" {
 			c.Name = "w-" + rand.Text()[:12]
 		}
 	}
 	return c
+}
+
+// Gossip reports whether c asks for gossip membership: Seeds, or a Listen
+// address without a static view.
+func (c Config) Gossip() bool { return len(c.Seeds) > 0 || c.Listen != "" && len(c.Peers) == 0 }
+
+// AdvertisedData is the data-plane address the others use: Advertise with
+// DataAddr's port (0 until the transport has bound it).
+func (c Config) AdvertisedData() string {
+	_, port, err := net.SplitHostPort(c.DataAddr)
+	if err != nil || c.Advertise == "" {
+		return c.DataAddr
+	}
+	return net.JoinHostPort(c.Advertise, port)
 }
 
 // nextPort returns addr with its port incremented, or addr unchanged if it
@@ -265,18 +324,25 @@ func (c Config) validate(needSecret bool) error {
 			bad("Key: %v", err)
 		}
 	}
-	for _, f := range []struct{ name, addr string }{
-		{"Listen", c.Listen}, {"DataAddr", c.DataAddr}, {"Advertise", c.Advertise},
-	} {
-		if err := checkHostPort(f.addr); err != nil {
-			bad("%s %q: %v", f.name, f.addr, err)
-		}
+	if err := checkHostPort(c.DataAddr); err != nil {
+		bad("DataAddr %q: %v", c.DataAddr, err)
+	}
+	if err := checkHostPort(c.Listen); c.Listen != "" && err != nil {
+		bad("Listen %q: %v", c.Listen, err)
+	}
+	if strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil || c.Advertise == "" {
+		bad("Advertise %q: want a host only, such as 10.0.0.5; the ports follow Listen and DataAddr", c.Advertise)
 	}
 	if len(c.Name) > wire.MaxPeerID {
 		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
 	}
-	for _, err := range c.checkView() {
-		bad("%v", err)
+	if c.LocalRank < 0 {
+		bad("LocalRank %d is negative", c.LocalRank)
+	}
+	if !c.Gossip() {
+		for _, err := range c.checkView() {
+			bad("%v", err)
+		}
 	}
 	for _, err := range c.checkBatch() {
 		bad("%v", err)
@@ -288,9 +354,6 @@ func (c Config) validate(needSecret bool) error {
 // peer addresses that are distinct, complete and include this worker's.
 func (c Config) checkView() []error {
 	var errs []error
-	if c.LocalRank < 0 {
-		errs = append(errs, fmt.Errorf("LocalRank %d is negative", c.LocalRank))
-	}
 	if len(c.Peers) == 0 {
 		if c.Rank != 0 || c.WorldSize != 1 {
 			errs = append(errs, fmt.Errorf("Rank %d of WorldSize %d needs Peers, the address of every rank", c.Rank, c.WorldSize))
@@ -315,8 +378,8 @@ func (c Config) checkView() []error {
 		}
 		seen[p] = i
 	}
-	if c.Peers[c.Rank] != c.Advertise {
-		errs = append(errs, fmt.Errorf("Peers[%d] is %q but this worker advertises %q", c.Rank, c.Peers[c.Rank], c.Advertise))
+	if adv := c.AdvertisedData(); c.Peers[c.Rank] != adv {
+		errs = append(errs, fmt.Errorf("Peers[%d] is %q but this worker advertises %q", c.Rank, c.Peers[c.Rank], adv))
 	}
 	return errs
 }
@@ -328,9 +391,17 @@ var compressions = map[string]wire.DType{"": wire.DTypeBytes, "none": wire.DType
 // checkBatch checks the membership and batch fields.
 func (c Config) checkBatch() []error {
 	var errs []error
-	if len(c.Seeds) > 0 {
-		errs = append(errs, errors.New("Seeds: gossip membership is not available yet; "+
-			"give every worker the static view in Peers (GYRE_PEERS, --peers) and its Rank"))
+	if c.MaxWorkers < 1 || c.MaxWorkers > MaxView {
+		errs = append(errs, fmt.Errorf("MaxWorkers %d: want 1 to %d", c.MaxWorkers, MaxView))
+	}
+	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
+		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))
+	}
+	if c.GossipProbeInterval < 0 || c.GossipSuspicionMult < 0 {
+		errs = append(errs, fmt.Errorf("GossipProbeInterval %v and GossipSuspicionMult %d may not be negative", c.GossipProbeInterval, c.GossipSuspicionMult))
+	}
+	if c.Gossip() {
+		return append(errs, c.checkGossip()...)
 	}
 	if c.MinWorkers < 1 || c.MinWorkers > c.WorldSize {
 		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to WorldSize %d (the static view needs every peer)", c.MinWorkers, c.WorldSize))
@@ -368,6 +439,36 @@ func (c Config) checkBatch() []error {
 	}
 	if sum != c.GlobalBatch {
 		errs = append(errs, fmt.Errorf("Shares sum to %d, GlobalBatch is %d", sum, c.GlobalBatch))
+	}
+	return errs
+}
+
+// checkGossip checks the fields of gossip membership, where the view, and
+// with it ranks and shares, is decided at run time.
+func (c Config) checkGossip() []error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"Peers", len(c.Peers) > 0}, {"Rank", c.Rank != 0}, {"WorldSize", c.WorldSize != 0}, {"Shares", len(c.Shares) > 0}} {
+		if f.set {
+			errs = append(errs, fmt.Errorf("%s cannot be given with Seeds: the membership view decides it", f.name))
+		}
+	}
+	if c.Key == "" && c.KeyFile == "" {
+		errs = append(errs, errors.New("gossip needs the cluster secret, which encrypts it, even with Insecure: "+
+			"set KeyFile (gyre keygen --out FILE, then --key-file) or Key; every worker of the job uses the same one"))
+	}
+	for i, s := range c.Seeds {
+		if err := checkHostPort(s); err != nil {
+			errs = append(errs, fmt.Errorf("Seeds[%d] %q: %v", i, s, err))
+		}
+	}
+	if c.MinWorkers < 1 || c.MinWorkers > c.MaxWorkers {
+		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to MaxWorkers %d", c.MinWorkers, c.MaxWorkers))
+	}
+	if c.GlobalBatch < c.MinWorkers {
+		errs = append(errs, fmt.Errorf("GlobalBatch %d is smaller than MinWorkers %d: every worker needs a sample", c.GlobalBatch, c.MinWorkers))
 	}
 	return errs
 }
@@ -416,6 +517,13 @@ const (
 	EnvLocalRank  = "GYRE_LOCAL_RANK"
 	EnvSeed       = "GYRE_SEED" // comma-separated gossip seed addresses
 	EnvMinWorkers = "GYRE_MIN_WORKERS"
+	EnvMaxWorkers = "GYRE_MAX_WORKERS"
+	EnvJob        = "GYRE_JOB"
+	// EnvGossipTiming is "lan" or "local"; EnvGossipProbeInterval a
+	// duration; EnvGossipSuspicionMult an integer.
+	EnvGossipTiming        = "GYRE_GOSSIP_TIMING"
+	EnvGossipProbeInterval = "GYRE_GOSSIP_PROBE_INTERVAL"
+	EnvGossipSuspicionMult = "GYRE_GOSSIP_SUSPICION_MULT"
 	// EnvCollectiveTimeout and EnvPeerTimeout are durations such as "10m"
 	// or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
@@ -440,6 +548,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvListen, &c.Listen)
 	str(EnvDataAddr, &c.DataAddr)
 	str(EnvAdvertise, &c.Advertise)
+	str(EnvJob, &c.Job)
+	str(EnvGossipTiming, &c.GossipTiming)
 	if v, ok := lookup(EnvInsecure); ok && strings.TrimSpace(v) != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
@@ -461,6 +571,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	integer(EnvWorldSize, &c.WorldSize)
 	integer(EnvLocalRank, &c.LocalRank)
 	integer(EnvMinWorkers, &c.MinWorkers)
+	integer(EnvMaxWorkers, &c.MaxWorkers)
+	integer(EnvGossipSuspicionMult, &c.GossipSuspicionMult)
 	duration := func(name string, dst *time.Duration) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
@@ -472,6 +584,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
+	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {
 		c.Peers = splitList(v)
 	}

@@ -26,11 +26,13 @@ func TestWithDefaults(t *testing.T) {
 		Transport:         TransportQUIC,
 		Stripes:           1,
 		MaxFrame:          DefaultMaxFrame,
-		Listen:            "127.0.0.1:7946",
 		DataAddr:          "127.0.0.1:7947",
-		Advertise:         "127.0.0.1:7947",
+		Advertise:         "127.0.0.1",
+		Job:               DefaultJob,
+		GossipTiming:      GossipLAN,
 		WorldSize:         1,
 		MinWorkers:        1,
+		MaxWorkers:        MaxView,
 		JoinTimeout:       DefaultJoinTimeout,
 		GlobalBatch:       DefaultGlobalBatch,
 		CollectiveTimeout: DefaultCollectiveTimeout,
@@ -45,6 +47,16 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if got := (Config{Listen: "[::1]:9000"}).WithDefaults().DataAddr; got != "[::1]:9001" {
 		t.Fatalf("IPv6 data address = %q", got)
+	}
+	g := Config{Seeds: []string{"127.0.0.1:7000"}}.WithDefaults()
+	if g.Listen != DefaultListen || g.WorldSize != 0 || g.Shares != nil || g.MinWorkers != 1 || !g.Gossip() {
+		t.Fatalf("gossip defaults: listen %q world %d shares %v min %d", g.Listen, g.WorldSize, g.Shares, g.MinWorkers)
+	}
+	if (Config{}).WithDefaults().Gossip() {
+		t.Fatal("a worker with neither Listen nor Seeds must not gossip")
+	}
+	if a := (Config{DataAddr: "127.0.0.1:9100", Advertise: "10.1.2.3"}).WithDefaults(); a.Name != "10.1.2.3:9100" || a.AdvertisedData() != "10.1.2.3:9100" {
+		t.Fatalf("advertised host: name %q, data %q", a.Name, a.AdvertisedData())
 	}
 	v := Config{Peers: []string{"127.0.0.1:9001", "127.0.0.1:9002"}, Rank: 1}.WithDefaults()
 	if v.DataAddr != "127.0.0.1:9002" || v.Name != "127.0.0.1:9002" || v.WorldSize != 2 {
@@ -84,7 +96,18 @@ func TestValidate(t *testing.T) {
 		{"peer port 0", Config{Key: key, Peers: []string{"127.0.0.1:1", "127.0.0.1:0"}}, "real port"},
 		{"not in view", Config{Key: key, Peers: peers3, DataAddr: "127.0.0.1:5"}, "advertises"},
 		{"negative local rank", Config{Key: key, LocalRank: -1}, "LocalRank"},
-		{"seeds not yet", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}}, "Peers (GYRE_PEERS"},
+		{"seeds", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}}, ""},
+		{"listen starts a job", Config{Key: key, Listen: "127.0.0.1:7000", MinWorkers: 4}, ""},
+		{"seeds with peers", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, Peers: peers3}, "Peers cannot be given with Seeds"},
+		{"seeds with rank", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, Rank: 2}, "Rank cannot"},
+		{"seeds with world", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, WorldSize: 2}, "WorldSize cannot"},
+		{"seeds with shares", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, Shares: []int{4}}, "Shares cannot"},
+		{"bad seed", Config{Key: key, Seeds: []string{"nohost"}}, "Seeds[0]"},
+		{"gossip needs secret", Config{Transport: "tcp", Insecure: true, Seeds: []string{"127.0.0.1:7946"}}, "gossip needs the cluster secret"},
+		{"min past max", Config{Key: key, Listen: "127.0.0.1:7000", MinWorkers: 5, MaxWorkers: 4}, "MinWorkers 5"},
+		{"max past view", Config{Key: key, Listen: "127.0.0.1:7000", MaxWorkers: MaxView + 1}, "MaxWorkers"},
+		{"gossip timing", Config{Key: key, Listen: "127.0.0.1:7000", GossipTiming: "wan"}, "GossipTiming"},
+		{"advertise with port", Config{Key: key, Advertise: "10.0.0.1:9100"}, "host only"},
 		{"min workers past world", Config{Key: key, MinWorkers: 2}, "MinWorkers 2"},
 		{"zero batch by shares", Config{Key: key, Shares: []int{0}}, "GlobalBatch 0"},
 		{"fixed shares", Config{Key: key, Peers: peers3, Rank: 2, Shares: []int{5, 0, 3}}, ""},
@@ -127,7 +150,8 @@ func TestConfigFromEnv(t *testing.T) {
 	env := map[string]string{
 		EnvTransport: "tcp", EnvInsecure: "true", EnvStripes: " 4 ",
 		EnvKeyFile: "/k", EnvListen: "127.0.0.1:9000", EnvDataAddr: "127.0.0.1:9100",
-		EnvAdvertise: "10.0.0.1:9100", EnvName: "w3",
+		EnvAdvertise: "10.0.0.1", EnvName: "w3", EnvJob: "j", EnvMaxWorkers: "9",
+		EnvGossipTiming: "local", EnvGossipProbeInterval: "3s", EnvGossipSuspicionMult: "6",
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
 		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms",
@@ -137,7 +161,8 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Name: "w3", Transport: "tcp", Insecure: true, Stripes: 4, KeyFile: "/k",
-		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1:9100",
+		Listen: "127.0.0.1:9000", DataAddr: "127.0.0.1:9100", Advertise: "10.0.0.1", Job: "j", MaxWorkers: 9,
+		GossipTiming: "local", GossipProbeInterval: 3 * time.Second, GossipSuspicionMult: 6,
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond}

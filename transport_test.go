@@ -13,7 +13,7 @@ import (
 
 func newTestTransport(tb testing.TB, adjust func(*Config)) (transport.Transport, transport.PeerID, string) {
 	tb.Helper()
-	cfg := Config{Listen: "127.0.0.1:0"}
+	cfg := Config{DataAddr: "127.0.0.1:0"}
 	adjust(&cfg)
 	cfg = cfg.WithDefaults() // fix the random name so the test knows it
 	tr, err := NewTransport(cfg)

@@ -13,10 +13,11 @@ import (
 // change at a boundary replaces the current one with a new one of a higher
 // epoch.
 type viewState struct {
-	view   View
-	ids    []transport.PeerID // view.Members as transport IDs
-	rank   int
-	shares []int
+	view    View
+	ids     []transport.PeerID // view.Members as transport IDs
+	members []member           // the same members with their data addresses
+	rank    int
+	shares  []int
 	// data carries gradients, the state broadcast and AllGather64.
 	data *ring.Comm
 	// ctrl carries the votes of Join and Boundary on its own channel, so
@@ -27,14 +28,16 @@ type viewState struct {
 	f64  *ring.Fuser[float64]
 }
 
-// newViewState builds the communicators and gradient fusers of view v for
-// the worker at rank. bandwidth is the previous view's measured estimate
-// (0 for none), so a new view does not start from the default.
-func (w *Worker) newViewState(v View, rank int, shares []int, bandwidth float64) (*viewState, error) {
-	vs := &viewState{view: View{Epoch: v.Epoch, Members: slices.Clone(v.Members)}, rank: rank, shares: slices.Clone(shares)}
-	vs.ids = make([]transport.PeerID, len(v.Members))
-	for i, m := range v.Members {
-		vs.ids[i] = transport.PeerID(m)
+// newViewState builds the communicators and gradient fusers of the view of
+// members at epoch for the worker at rank. bandwidth is the previous
+// view's measured estimate (0 for none), so a new view does not start from
+// the default.
+func (w *Worker) newViewState(epoch uint64, members []member, rank int, shares []int, bandwidth float64) (*viewState, error) {
+	vs := &viewState{view: View{Epoch: epoch, Members: make([]string, len(members))},
+		members: slices.Clone(members), rank: rank, shares: slices.Clone(shares)}
+	vs.ids = make([]transport.PeerID, len(members))
+	for i, m := range members {
+		vs.ids[i], vs.view.Members[i] = m.ID, string(m.ID)
 	}
 	others := slices.Delete(slices.Clone(vs.ids), rank, rank+1)
 	w.live.Watch(others)
@@ -78,6 +81,15 @@ func (vs *viewState) close() {
 	}
 }
 
+// addrs returns the members' data addresses in rank order.
+func (vs *viewState) addrs() []string {
+	out := make([]string, len(vs.members))
+	for i, m := range vs.members {
+		out[i] = m.Addr
+	}
+	return out
+}
+
 // rankOf returns the rank of peer in the view, or -1.
 func (vs *viewState) rankOf(peer transport.PeerID) int {
 	return slices.Index(vs.ids, peer)
@@ -85,7 +97,7 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 
 // ringConfig is the configuration of vs's communicators.
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
-	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.cfg.Logger,
+	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.log,
 		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
 		InitialBandwidth: bandwidth}
 }

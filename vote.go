@@ -97,11 +97,19 @@ const (
 	kindSettings = 1 + iota // Join: state layout and batch settings
 	kindSynced              // Join: the state broadcast's outcome
 	kindBoundary            // Boundary
+	kindAdmit               // Join: admitting workers before iteration 0
 )
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 1
+const recordVersion = 2
+
+// Sizes of the record's fixed arrays.
+const (
+	aliveWords  = 4 // alive bitmap: 64 members per word, so MaxView is 256
+	joinerSlots = 8 // pending joiners listed per boundary
+	spareWords  = 7 // room for the balance inputs (caps, link probes)
+)
 
 // record is one worker's row of a vote. Every worker sends the same
 // fixed-size encoding, as the ring allgather needs equal contributions.
@@ -126,18 +134,50 @@ type record struct {
 	// wall is the wall time in ns since the previous boundary (or Join):
 	// the iteration time that the state check's budget is a share of.
 	wall int64
+	// leave says this worker asked to leave at this boundary.
+	leave bool
+	// minWorkers and maxWorkers are this worker's Config bounds.
+	minWorkers, maxWorkers int64
+	// alive has bit r set when this worker's gossip lists rank r alive.
+	alive [aliveWords]uint64
+	// joiners are hashes (joinerHash) of the pending workers this worker's
+	// gossip lists, ascending; 0 marks an empty slot.
+	joiners [joinerSlots]uint64
 }
 
-const recordLen = 10
+const recordLen = 13 + aliveWords + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
-	return []int64{recordVersion<<8 | r.kind, r.iter, r.share, r.compute, int64(r.decision),
-		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall}
+	row := make([]int64, 0, recordLen)
+	row = append(row, recordVersion<<8|r.kind, r.iter, r.share, r.compute, int64(r.decision),
+		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall, boolInt(r.leave), r.minWorkers, r.maxWorkers)
+	for _, a := range r.alive {
+		row = append(row, int64(a))
+	}
+	for _, j := range r.joiners {
+		row = append(row, int64(j))
+	}
+	return row[:recordLen]
 }
 
 func decodeRecord(row []int64) (record, int64) {
-	return record{kind: row[0] & 0xff, iter: row[1], share: row[2], compute: row[3], decision: uint64(row[4]),
-		status: row[5], digest: uint64(row[6]), hashNs: row[7], layout: uint64(row[8]), wall: row[9]}, row[0] >> 8
+	r := record{kind: row[0] & 0xff, iter: row[1], share: row[2], compute: row[3], decision: uint64(row[4]),
+		status: row[5], digest: uint64(row[6]), hashNs: row[7], layout: uint64(row[8]), wall: row[9],
+		leave: row[10] != 0, minWorkers: row[11], maxWorkers: row[12]}
+	for i := range r.alive {
+		r.alive[i] = uint64(row[13+i])
+	}
+	for i := range r.joiners {
+		r.joiners[i] = uint64(row[13+aliveWords+i])
+	}
+	return r, row[0] >> 8
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // vote allgathers rec among the view's workers on the control Comm and

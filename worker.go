@@ -16,6 +16,7 @@ import (
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/liveness"
+	"github.com/gyre-ml/gyre/membership"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -74,6 +75,13 @@ type Change struct {
 	// been restored to the last commit. It is always false until recovery
 	// from a lost worker exists; until then such a failure is an error.
 	Redo bool
+	// Admitted and Departed name the workers that joined the view, and
+	// those that left it at their request, at this boundary.
+	Admitted, Departed []string
+	// Left says this worker left the job at this boundary, as it asked
+	// with RequestLeave: the Worker is closed, and the trainer stops
+	// without calling Leave.
+	Left bool
 }
 
 // Batch is one worker's part of one iteration's global batch.
@@ -151,6 +159,16 @@ type Worker struct {
 	nextCheck int64     // the iteration whose boundary next checks the state digests
 	lastVote  time.Time // when the previous boundary (or Join) ended
 
+	// node is this worker's gossip membership; nil in the static view.
+	node     *membership.Node
+	meta     *metaPublisher
+	leaveReq atomic.Bool // RequestLeave was called
+	left     bool        // left the job at a boundary
+	// departed are the members that left the view, until gossip stops
+	// listing them.
+	departed map[transport.PeerID]bool
+	forget   []transport.PeerID // departed members the transport still knows
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -172,6 +190,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if err := cfg.validate(o.t == nil); err != nil {
 		return nil, err
 	}
+	gossip := cfg.Gossip()
 	cfg = cfg.WithDefaults()
 	if o.state == nil {
 		o.state = NewState()
@@ -183,8 +202,8 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Int("rank", cfg.Rank).Logger(),
-		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks}
+	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
+		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]bool{}}
 	w.life, w.stop = context.WithCancel(context.Background())
 	if w.t == nil {
 		if w.t, err = NewTransport(cfg); err != nil {
@@ -203,46 +222,82 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
 		defer cancel()
 	}
+	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	if gossip {
+		err = w.joinGossip(ctx)
+	} else {
+		err = w.joinStatic(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.nextCheck, w.lastVote = w.iter, time.Now()
+	w.log.Info().Int("world", w.Size()).Int("rank", w.Rank()).Uint64("epoch", w.cur.view.Epoch).Int64("iter", w.iter).Msg("joined")
+	joined = true
+	return w, nil
+}
+
+// joinStatic joins the static view of cfg.Peers, in which a worker's name
+// is its address.
+func (w *Worker) joinStatic(ctx context.Context) error {
+	cfg := w.cfg
 	peers := cfg.Peers
 	if len(peers) == 0 {
 		peers = []string{cfg.Name}
 	}
 	if peers[cfg.Rank] != cfg.Name {
-		return nil, fmt.Errorf("%w: Name %q must be this worker's address in Peers, %q", ErrConfig, cfg.Name, peers[cfg.Rank])
+		return fmt.Errorf("%w: Name %q must be this worker's address in Peers, %q", ErrConfig, cfg.Name, peers[cfg.Rank])
 	}
-	// In the static view a worker's name is its address.
-	view := View{Epoch: 1, Members: peers}
-	ids := make([]transport.PeerID, len(peers))
+	members := make([]member, len(peers))
 	for i, p := range peers {
-		ids[i] = transport.PeerID(p)
+		members[i] = member{ID: transport.PeerID(p), Addr: p}
 	}
-	if err := ConnectAll(ctx, w.t, ids, cfg.Rank); err != nil {
-		if errors.Is(err, transport.ErrUnauthenticated) {
-			w.lingerRefused(ctx)
-		}
-		return nil, err
-	}
-	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: cfg.Logger}); err != nil {
-		return nil, err
-	}
-	vs, err := w.newViewState(view, cfg.Rank, cfg.Shares, 0)
+	vs, err := w.newViewState(1, members, cfg.Rank, cfg.Shares, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	w.cur = vs
+	if err := w.connectView(ctx, vs); err != nil {
+		vs.close()
+		return err
+	}
+	w.setView(vs)
+	return w.syncView(ctx, 0)
+}
+
+// connectView connects to every member of vs, naming one whose secret
+// differs after lingering so that it learns why too.
+func (w *Worker) connectView(ctx context.Context, vs *viewState) error {
+	err := connectMembers(ctx, w.t, vs.ids, vs.addrs(), vs.rank)
+	if errors.Is(err, transport.ErrUnauthenticated) {
+		w.lingerRefused(ctx)
+	}
+	return err
+}
+
+// syncView makes every member of the current view agree on the settings,
+// hold root's state and iteration, and commit it: the end of Join, and of
+// a boundary that admitted workers.
+func (w *Worker) syncView(ctx context.Context, root int) error {
 	if err := w.agree(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if err := w.confirm(ctx, w.syncState(ctx)); err != nil {
-		return nil, err
+	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
+		return err
 	}
-	if err := w.state.commit(w.iter); err != nil {
-		return nil, err
+	return w.state.commit(w.iter)
+}
+
+// setView makes vs the current view, closing the previous one.
+func (w *Worker) setView(vs *viewState) {
+	w.mu.Lock()
+	old := w.cur
+	w.cur = vs
+	w.mu.Unlock()
+	if old != nil {
+		old.close()
 	}
-	w.nextCheck, w.lastVote = w.iter, time.Now()
-	w.log.Info().Int("world", len(peers)).Int64("iter", w.iter).Msg("joined")
-	joined = true
-	return w, nil
 }
 
 // lingerRefused keeps a worker whose credentials a peer refused reachable
@@ -279,7 +334,8 @@ func (w *Worker) agree(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r+1))
 		}
 		if rec.decision != recs[0].decision {
-			errs = append(errs, fmt.Errorf("%w: rank %d has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0", ErrDiverged, r+1))
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0 (%s)",
+				ErrDiverged, r+1, vs.ids[r+1], vs.ids[0]))
 		}
 	}
 	return w.settle(ctx, vs, errors.Join(errs...))
@@ -288,7 +344,7 @@ func (w *Worker) agree(ctx context.Context) error {
 // confirm makes the outcome of the state broadcast known to every worker,
 // the root included, whose part of a broadcast can end before the others
 // receive theirs, and checks that every worker now holds the same state.
-func (w *Worker) confirm(ctx context.Context, syncErr error) error {
+func (w *Worker) confirm(ctx context.Context, syncErr error, root int) error {
 	vs := w.cur
 	rec := record{kind: kindSynced, iter: -1, status: statusOf(syncErr)}
 	var err error
@@ -302,61 +358,65 @@ func (w *Worker) confirm(ctx context.Context, syncErr error) error {
 		return errors.Join(syncErr, err)
 	}
 	if fe := failures(recs, -1, syncErr); fe != nil {
-		return w.settle(ctx, vs, fmt.Errorf("gyre: join: broadcast of rank 0's state: %w", fe))
+		return w.settle(ctx, vs, fmt.Errorf("gyre: broadcast of rank %d's state: %w", root, fe))
 	}
 	return w.settle(ctx, vs, errors.Join(divergedStates(recs)...))
 }
 
-// settingsDigest hashes the settings every worker must share.
+// settingsDigest hashes the settings every worker must share: those that
+// never change. Shares are among them only in the static view; with gossip
+// they come with the view, so a joiner is not refused because they moved.
 func (w *Worker) settingsDigest() uint64 {
 	h := fnv.New64a()
 	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
 	put(uint64(w.cfg.GlobalBatch))
 	put(w.cfg.RNGSeed)
 	put(uint64(w.cfg.DatasetSize))
-	for _, s := range w.cur.shares {
-		put(uint64(s))
+	if w.node == nil {
+		for _, s := range w.cur.shares {
+			put(uint64(s))
+		}
 	}
 	return h.Sum64()
 }
 
-// syncState broadcasts rank 0's tensors, metadata and iteration to every
+// syncState broadcasts root's tensors, metadata and iteration to every
 // worker, as Horovod's broadcast_parameters does, so all start identical.
-func (w *Worker) syncState(ctx context.Context) error {
+func (w *Worker) syncState(ctx context.Context, root int) error {
 	vs := w.cur
 	var blob []byte
-	if vs.rank == 0 {
+	if vs.rank == root {
 		var err error
 		if blob, err = w.state.marshalMeta(); err != nil {
 			return err
 		}
 	}
 	head := []int64{w.iter, int64(len(blob))}
-	if err := ring.Broadcast(ctx, vs.data, 0, head); err != nil {
-		return fmt.Errorf("gyre: join: broadcast state: %w", err)
+	if err := ring.Broadcast(ctx, vs.data, root, head); err != nil {
+		return fmt.Errorf("gyre: broadcast state from rank %d: %w", root, err)
 	}
 	w.iter = head[0]
-	if vs.rank != 0 {
+	if vs.rank != root {
 		blob = make([]byte, head[1])
 	}
 	for _, e := range w.state.entries {
 		var err error
 		switch e.kind {
 		case kindF32:
-			err = ring.Broadcast(ctx, vs.data, 0, e.f32)
+			err = ring.Broadcast(ctx, vs.data, root, e.f32)
 		case kindF64:
-			err = ring.Broadcast(ctx, vs.data, 0, e.f64)
+			err = ring.Broadcast(ctx, vs.data, root, e.f64)
 		}
 		if err != nil {
-			return fmt.Errorf("gyre: join: broadcast %q: %w", e.name, err)
+			return fmt.Errorf("gyre: broadcast %q from rank %d: %w", e.name, root, err)
 		}
 	}
 	if len(blob) > 0 {
-		if err := vs.data.Broadcast(ctx, 0, wire.DTypeBytes, blob); err != nil {
-			return fmt.Errorf("gyre: join: broadcast metadata: %w", err)
+		if err := vs.data.Broadcast(ctx, root, wire.DTypeBytes, blob); err != nil {
+			return fmt.Errorf("gyre: broadcast metadata from rank %d: %w", root, err)
 		}
 	}
-	if vs.rank != 0 {
+	if vs.rank != root {
 		return w.state.unmarshalMeta(blob)
 	}
 	return nil
@@ -532,6 +592,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 			return Change{}, err
 		}
 	}
+	known := w.membershipRecord(&rec)
 	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
 		return Change{}, err
@@ -539,13 +600,35 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
 		return Change{}, err
 	}
+	d, err := decideView(w.iter, vs.members, recs, known)
+	if err != nil {
+		return Change{}, w.settle(ctx, vs, err)
+	}
 	if rec.digest != 0 {
 		w.nextCheck = w.iter + checkInterval(recs)
 	}
 	w.iter++
 	w.started, w.compute, w.lastVote = time.Time{}, 0, time.Now()
-	return Change{Iter: w.iter, View: w.View(), Shares: w.Shares()}, nil
+	ch := Change{Iter: w.iter, ViewChanged: d.Changed, SharesChanged: d.Changed,
+		Admitted: memberIDs(d.Admitted), Departed: memberIDs(d.Left)}
+	if d.Changed {
+		if err := w.changeView(ctx, d, false); err != nil {
+			return Change{}, err
+		}
+	}
+	if w.left {
+		ch.Left = true
+		return ch, nil
+	}
+	ch.View, ch.Shares = w.View(), w.Shares()
+	return ch, nil
 }
+
+// RequestLeave asks for this worker to leave the job at the next boundary:
+// the request rides in its boundary record, every member removes it from
+// the next view, and that Boundary returns a Change with Left set, with no
+// iteration redone. It is safe from any goroutine (a SIGTERM handler).
+func (w *Worker) RequestLeave() { w.leaveReq.Store(true) }
 
 // judge returns the verdict on a boundary's table: nil if every worker
 // completed the same iteration with the same decision and state.
@@ -593,20 +676,11 @@ func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, e
 	return rows, nil
 }
 
-// decisionDigest hashes the view and shares this worker will use next.
+// decisionDigest hashes the view and shares this worker runs with, as the
+// previous boundary decided them.
 func (w *Worker) decisionDigest() uint64 {
 	vs := w.cur
-	h := fnv.New64a()
-	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
-	put(vs.view.Epoch)
-	for _, m := range vs.view.Members {
-		h.Write([]byte(m))
-		h.Write([]byte{0})
-	}
-	for _, s := range vs.shares {
-		put(uint64(s))
-	}
-	return h.Sum64()
+	return viewDigest(vs.view.Epoch, vs.members, vs.shares)
 }
 
 // idle reports ErrPending if gradients are unfinished, or ErrClosed.
@@ -668,6 +742,9 @@ func (w *Worker) Abandon(ctx context.Context) error {
 // said farewell too or is gone, so that closing cuts off no message a peer
 // still needs, then closes the worker.
 func (w *Worker) Leave(ctx context.Context) error {
+	if w.left {
+		return nil
+	}
 	if err := w.idle(); err != nil {
 		return err
 	}
@@ -680,7 +757,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 			err = fmt.Errorf("gyre: leave: waiting for the peers' farewells: %w", err)
 		}
 	}
-	return errors.Join(err, w.Close())
+	return errors.Join(err, w.leaveGossip(), w.Close())
 }
 
 // Close stops the worker at once: pending gradients fail with ErrClosed,
@@ -701,6 +778,10 @@ func (w *Worker) Close() error {
 		if w.live != nil {
 			w.live.Close()
 		}
+		w.meta.stop()
+		if w.node != nil {
+			w.node.Close()
+		}
 		if w.ownT && w.t != nil {
 			err = w.t.Close()
 		}
@@ -715,30 +796,39 @@ func (w *Worker) Close() error {
 // the cluster secrets differ, and waiting would not help. In the static
 // view a member's address is its ID.
 func ConnectAll(ctx context.Context, t transport.Transport, members []transport.PeerID, rank int) error {
+	addrs := make([]string, len(members))
+	for i, m := range members {
+		addrs[i] = string(m)
+	}
+	return connectMembers(ctx, t, members, addrs, rank)
+}
+
+// connectMembers is ConnectAll with each member's address in addrs.
+func connectMembers(ctx context.Context, t transport.Transport, members []transport.PeerID, addrs []string, rank int) error {
 	for i, m := range members {
 		if i == rank {
 			continue
 		}
 		for {
-			if err := refusedMember(t, members, rank); err != nil {
+			if err := refusedMember(t, members, addrs, rank); err != nil {
 				return err
 			}
 			cctx, cancel := context.WithTimeout(ctx, connectAttempt)
-			err := t.Connect(cctx, m, string(m))
+			err := t.Connect(cctx, m, addrs[i])
 			cancel()
 			if err == nil {
 				break
 			}
 			if errors.Is(err, transport.ErrUnauthenticated) {
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): the cluster secrets differ: %w", rank, i, m, err)
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): the cluster secrets differ: %w", rank, i, m, addrs[i], err)
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): %w", rank, i, m, err)
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], err)
 			}
 			select {
 			case <-time.After(connectRetry):
 			case <-ctx.Done():
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s): %w", rank, i, m, ctx.Err())
+				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], ctx.Err())
 			}
 		}
 	}
@@ -747,14 +837,14 @@ func ConnectAll(ctx context.Context, t transport.Transport, members []transport.
 
 // refusedMember returns an error naming the first member, other than rank,
 // whose connection t refused for its certificate, or nil.
-func refusedMember(t transport.Transport, members []transport.PeerID, rank int) error {
+func refusedMember(t transport.Transport, members []transport.PeerID, addrs []string, rank int) error {
 	rr, ok := t.(transport.RefusalReporter)
 	if !ok {
 		return nil
 	}
 	for _, ref := range rr.Refusals() {
 		for i, m := range members {
-			if i != rank && (ref.Claimed == m || ref.Remote == string(m)) {
+			if i != rank && (ref.Claimed == m || ref.Remote == addrs[i]) {
 				return fmt.Errorf("gyre: rank %d: rank %d (%s) connected with a certificate this cluster's CA did not issue: the cluster secrets differ: %w",
 					rank, i, m, ref.Err)
 			}

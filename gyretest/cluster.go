@@ -39,6 +39,11 @@ type Options struct {
 	Options func(rank int) []gyre.Option
 	// JoinTimeout bounds the joins. Default 30 s.
 	JoinTimeout time.Duration
+	// Gossip makes the workers find each other by gossip (real memberlist
+	// on loopback, local timing) instead of a static view: worker 0 starts
+	// the job, the others join through it, and iteration 0 waits for all
+	// N. A worker's index is then its start order, not its rank.
+	Gossip bool
 }
 
 // Cluster is N workers joined in this process.
@@ -53,6 +58,12 @@ type Cluster struct {
 	IDs []transport.PeerID
 	// Net is the in-memory network, nil over real transports.
 	Net *mem.Network
+	// GossipAddrs are the workers' gossip addresses with Options.Gossip:
+	// any of them is a seed for a later joiner.
+	GossipAddrs []string
+
+	o   Options
+	key string
 }
 
 // Start joins o.N workers concurrently and returns them with their Join
@@ -66,53 +77,38 @@ func Start(tb testing.TB, o Options) *Cluster {
 		o.JoinTimeout = 30 * time.Second
 	}
 	c := &Cluster{Workers: make([]*gyre.Worker, o.N), Errs: make([]error, o.N),
-		States: make([]*gyre.State, o.N), IDs: make([]transport.PeerID, o.N)}
-	peers := make([]string, o.N)
-	var key string
+		States: make([]*gyre.State, o.N), IDs: make([]transport.PeerID, o.N), o: o}
 	switch o.Transport {
 	case "", Mem:
 		c.Net = mem.NewNetwork(1)
-		for r := range peers {
-			peers[r] = fmt.Sprintf("127.0.0.1:%d", 1000+r) // names only: mem never dials
-		}
 	case QUIC, TCP:
-		addrs, err := launch.FreePorts(o.N)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		copy(peers, addrs)
-		key = Key(tb)
 	default:
 		tb.Fatalf("gyretest: unknown transport %q", o.Transport)
+	}
+	peers := c.dataAddrs(tb, 0, o.N)
+	if c.Net == nil || o.Gossip {
+		c.key = Key(tb)
+	}
+	if o.Gossip {
+		c.GossipAddrs = freePorts(tb, o.N)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.JoinTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for r := range o.N {
 		c.IDs[r] = transport.PeerID(peers[r])
-		cfg := gyre.Config{Key: key, Peers: peers, Rank: r, Transport: o.Transport, Logger: transporttest.Logger(tb)}
+		cfg := gyre.Config{Key: c.key, Peers: peers, Rank: r, Transport: o.Transport, Logger: transporttest.Logger(tb)}
+		if o.Gossip {
+			cfg = c.gossipConfig(tb, r, peers[r], c.GossipAddrs[r], nil)
+			cfg.MinWorkers = o.N
+		}
 		if c.Net != nil {
 			cfg.Transport = ""
 		}
 		if o.Config != nil {
 			o.Config(r, &cfg)
 		}
-		var opts []gyre.Option
-		if o.State != nil {
-			c.States[r] = o.State(r)
-			opts = append(opts, gyre.WithState(c.States[r]))
-		}
-		if o.Options != nil {
-			opts = append(opts, o.Options(r)...)
-		}
-		if c.Net != nil {
-			tr, err := c.Net.Join(c.IDs[r])
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(func() { tr.Close() })
-			opts = append(opts, gyre.WithTransport(tr))
-		}
+		opts := c.options(tb, r, c.IDs[r])
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -128,6 +124,121 @@ func Start(tb testing.TB, o Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// dataAddrs returns the data addresses of workers first to first+n-1:
+// names only over mem, which never dials, else free loopback ports.
+func (c *Cluster) dataAddrs(tb testing.TB, first, n int) []string {
+	tb.Helper()
+	if c.Net == nil {
+		return freePorts(tb, n)
+	}
+	out := make([]string, n)
+	for r := range out {
+		out[r] = fmt.Sprintf("127.0.0.1:%d", 1000+first+r)
+	}
+	return out
+}
+
+func freePorts(tb testing.TB, n int) []string {
+	tb.Helper()
+	addrs, err := launch.FreePorts(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return addrs
+}
+
+// gossipConfig is the Config of a gossiping worker at index r: the first
+// starts the job, the others join through seeds (default: worker 0).
+func (c *Cluster) gossipConfig(tb testing.TB, r int, data, listen string, seeds []string) gyre.Config {
+	cfg := gyre.Config{Key: c.key, Transport: c.o.Transport, Listen: listen, DataAddr: data, Name: data,
+		GossipTiming: gyre.GossipLocal, Logger: transporttest.Logger(tb)}
+	if r > 0 {
+		cfg.Seeds = seeds
+		if seeds == nil {
+			cfg.Seeds = c.GossipAddrs[:1]
+		}
+	}
+	return cfg
+}
+
+// options are the Join options of worker r: its state, the caller's
+// options, and over mem its transport.
+func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID) []gyre.Option {
+	var opts []gyre.Option
+	if c.o.State != nil {
+		c.States[r] = c.o.State(r)
+		opts = append(opts, gyre.WithState(c.States[r]))
+	}
+	if c.o.Options != nil {
+		opts = append(opts, c.o.Options(r)...)
+	}
+	if c.Net != nil {
+		tr, err := c.Net.Join(id)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { tr.Close() })
+		opts = append(opts, gyre.WithTransport(tr))
+	}
+	return opts
+}
+
+// Joiner is a worker joining a gossiping Cluster at run time.
+type Joiner struct {
+	// Index is its index in the Cluster's slices once it has joined.
+	Index int
+	done  chan struct{}
+	w     *gyre.Worker
+	err   error
+}
+
+// AddJoiner starts one more worker joining a gossiping cluster through
+// seeds (default: worker 0's gossip address). Its Join waits, pending,
+// until a boundary admits it, so the caller keeps training meanwhile and
+// collects it with Wait. Its state comes from Options.State and its Config
+// from Options.Config, called with its index.
+func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
+	tb.Helper()
+	if !c.o.Gossip {
+		tb.Fatal("gyretest: AddJoiner needs Options.Gossip")
+	}
+	r := len(c.Workers)
+	data, listen := c.dataAddrs(tb, r, 1)[0], freePorts(tb, 1)[0]
+	c.Workers, c.Errs = append(c.Workers, nil), append(c.Errs, nil)
+	c.States, c.IDs = append(c.States, nil), append(c.IDs, transport.PeerID(data))
+	c.GossipAddrs = append(c.GossipAddrs, listen)
+	cfg := c.gossipConfig(tb, r, data, listen, seeds)
+	if c.Net != nil {
+		cfg.Transport = ""
+	}
+	if c.o.Config != nil {
+		c.o.Config(r, &cfg)
+	}
+	opts := c.options(tb, r, c.IDs[r])
+	j := &Joiner{Index: r, done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		ctx, cancel := context.WithTimeout(context.Background(), c.o.JoinTimeout)
+		defer cancel()
+		j.w, j.err = gyre.Join(ctx, cfg, opts...)
+	}()
+	tb.Cleanup(func() {
+		<-j.done
+		if j.w != nil {
+			j.w.Close()
+		}
+	})
+	return j
+}
+
+// Wait waits for the joiner's Join, records the worker in the Cluster at
+// its Index, and returns it.
+func (j *Joiner) Wait(c *Cluster) (*gyre.Worker, error) {
+	<-j.done
+	c.Workers[j.Index], c.Errs[j.Index] = j.w, j.err
+	return j.w, j.err
 }
 
 // MakeCluster is Start for clusters that must join: it fails the test on

@@ -148,6 +148,8 @@ func (c *cli) launchBench(cmd *cobra.Command, job launchJob, rep any, sub string
 	defer os.RemoveAll(dir)
 	reportPath := filepath.Join(dir, "report.json")
 	argv := append([]string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", sub}, args...)
+	// The benchmark workers build their communicator from the static view.
+	job.static = true
 	if err := c.launchJob(cmd, job, append(argv, "--report", reportPath)); err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func TestBenchAllReduceMismatchEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chdir(wd)
-	lines, stderr, err := launchLines(t, nil, "-n", "3", "--", "sh", "-c", script, exe)
+	lines, stderr, err := launchLines(t, nil, "-n", "3", "--static", "--", "sh", "-c", script, exe)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +25,16 @@ import (
 var launchSets = []string{
 	gyre.EnvPeers, gyre.EnvRank, gyre.EnvWorldSize, gyre.EnvLocalRank, gyre.EnvDataAddr,
 	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvKeyFile, gyre.EnvKey,
-	gyre.EnvName, gyre.EnvAdvertise,
+	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
+	gyre.EnvGossipTiming, envLogLevel, envLogFormat,
 }
+
+// The log settings launch passes on, which the root command reads when
+// its flags are not given.
+const (
+	envLogLevel  = "GYRE_LOG_LEVEL"
+	envLogFormat = "GYRE_LOG_FORMAT"
+)
 
 func newLaunchCmd(c *cli) *cobra.Command {
 	var job launchJob
@@ -31,12 +42,16 @@ func newLaunchCmd(c *cli) *cobra.Command {
 		Use:   "launch -n N [flags] -- CMD [ARGS...]",
 		Short: "Start N local workers on 127.0.0.1 running CMD",
 		Long: "launch starts N local processes of CMD on 127.0.0.1 and passes each its\n" +
-			"rank, the static peer list and the cluster settings in GYRE_* variables\n" +
-			"(see README). CMD may be a gyre subcommand (`launch -n 4 -- train` runs\n" +
-			"this binary) or any program that embeds Gyre. Output is prefixed with\n" +
-			"the rank. The cluster secret is ephemeral unless --key-file is given.\n" +
-			"If a rank fails, the others are stopped and launch exits with the\n" +
-			"failed rank's status, naming the rank.",
+			"settings in GYRE_* variables (see README): rank 0 starts the job as the\n" +
+			"gossip seed, the others join through it, and iteration 0 waits for all\n" +
+			"N. Gossip and data ports are free ports. It prints the seed address and\n" +
+			"the key file, so that more workers (gyre train --seed) and gyre members\n" +
+			"can reach the job. --static gives every rank a fixed peer list instead.\n" +
+			"CMD may be a gyre subcommand (`launch -n 4 -- train` runs this binary)\n" +
+			"or any program that embeds Gyre. Output is prefixed with the rank. The\n" +
+			"cluster secret is ephemeral unless --key-file is given. A rank that\n" +
+			"exits 0 (it left) lets the others go on; if a rank fails, the others are\n" +
+			"stopped and launch exits with the failed rank's status, naming it.",
 		Example: "  gyre launch -n 4 -- bench allreduce\n" +
 			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
 		Args: cobra.MinimumNArgs(1),
@@ -62,6 +77,7 @@ type launchJob struct {
 	keyFile   string
 	logDir    string
 	grace     time.Duration
+	static    bool
 }
 
 func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
@@ -72,7 +88,9 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
 	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
 	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log")
-	f.DurationVar(&j.grace, "grace", launch.DefaultGrace, "how long workers get to exit after SIGTERM before SIGKILL")
+	f.DurationVar(&j.grace, "grace", launch.DefaultGrace,
+		"how long workers get to leave after SIGTERM before SIGKILL; longer than an iteration, or they are killed mid-iteration")
+	f.BoolVar(&j.static, "static", false, "give the workers a fixed peer list (GYRE_PEERS) instead of a gossip seed")
 }
 
 // launchJob starts j.n workers of argv and waits for them.
@@ -92,19 +110,35 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	if err := base.Validate(); err != nil {
 		return err
 	}
-	peers, err := launch.FreePorts(j.n)
+	ports, err := launch.FreePorts(2 * j.n)
 	if err != nil {
 		return err
 	}
+	peers, gossip := ports[:j.n], ports[j.n:]
+	// The view orders ranks by data address: sorted ports make launch's
+	// rank r the view's rank r too.
+	slices.SortFunc(peers, func(a, b string) int { return cmp.Compare(portOf(a), portOf(b)) })
 	keyPath, cleanup, err := launchKey(j.keyFile, ephemeral)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	base = base.WithDefaults()
-	env := rankEnv(c.env.environ(), peers, base, keyPath)
-	fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, peers %s, key file %s\n",
-		j.n, base.Transport, map[bool]string{true: " (insecure)"}[base.Insecure], strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
+	logs := []string{envLogLevel + "=" + c.logLevel, envLogFormat + "=" + c.logFormat}
+	insecure := map[bool]string{true: " (insecure)"}[base.Insecure]
+	var env func(int) []string
+	if j.static {
+		env = rankEnv(c.env.environ(), base, keyPath, logs, staticEnv(peers))
+		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, static peers %s, key file %s\n",
+			j.n, base.Transport, insecure, strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
+	} else {
+		if keyPath == "" {
+			return errors.New("--insecure needs --static or --key-file: gossip is always encrypted with the cluster secret")
+		}
+		env = rankEnv(c.env.environ(), base, keyPath, logs, gossipEnv(peers, gossip))
+		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, seed %s, key file %s\n",
+			j.n, base.Transport, insecure, gossip[0], keyDesc(keyPath, j.keyFile))
+	}
 	err = launch.Run(cmd.Context(), launch.Options{
 		N: j.n, Argv: argv, Env: env,
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
@@ -115,6 +149,12 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the other workers were stopped", err)}
 	}
 	return err
+}
+
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // exitError carries the process exit status main should use.
@@ -186,33 +226,56 @@ func keyDesc(path, given string) string {
 }
 
 // rankEnv returns each rank's environment: the parent's, without the
-// variables launch sets, plus the job's settings.
-func rankEnv(parent []string, peers []string, cfg gyre.Config, keyPath string) func(int) []string {
+// variables launch sets, plus the job's settings, the log settings and
+// the rank's view settings from view.
+func rankEnv(parent []string, cfg gyre.Config, keyPath string, logs []string, view func(int) []string) func(int) []string {
 	var keep []string
 	for _, kv := range parent {
 		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, s := range launchSets {
-			drop = drop || name == s
-		}
-		if !drop {
+		if !slices.Contains(launchSets, name) {
 			keep = append(keep, kv)
 		}
 	}
 	return func(r int) []string {
-		env := append([]string(nil), keep...)
+		env := append(slices.Clone(keep), logs...)
 		env = append(env,
-			gyre.EnvPeers+"="+strings.Join(peers, ","),
-			gyre.EnvRank+"="+strconv.Itoa(r),
-			gyre.EnvWorldSize+"="+strconv.Itoa(len(peers)),
 			gyre.EnvLocalRank+"="+strconv.Itoa(r),
-			gyre.EnvDataAddr+"="+peers[r],
 			gyre.EnvTransport+"="+cfg.Transport,
 			gyre.EnvInsecure+"="+strconv.FormatBool(cfg.Insecure),
 			gyre.EnvStripes+"="+strconv.Itoa(cfg.Stripes),
 		)
 		if keyPath != "" {
 			env = append(env, gyre.EnvKeyFile+"="+keyPath)
+		}
+		return append(env, view(r)...)
+	}
+}
+
+// staticEnv is the static view: every rank gets the peer list and its rank.
+func staticEnv(peers []string) func(int) []string {
+	return func(r int) []string {
+		return []string{
+			gyre.EnvPeers + "=" + strings.Join(peers, ","),
+			gyre.EnvRank + "=" + strconv.Itoa(r),
+			gyre.EnvWorldSize + "=" + strconv.Itoa(len(peers)),
+			gyre.EnvDataAddr + "=" + peers[r],
+		}
+	}
+}
+
+// gossipEnv is gossip membership: rank 0 starts the job on the first
+// gossip address, the others join through it, and iteration 0 waits for
+// all of them. Ranks are the view's, which orders by data address.
+func gossipEnv(data, gossip []string) func(int) []string {
+	return func(r int) []string {
+		env := []string{
+			gyre.EnvListen + "=" + gossip[r],
+			gyre.EnvDataAddr + "=" + data[r],
+			gyre.EnvMinWorkers + "=" + strconv.Itoa(len(data)),
+			gyre.EnvGossipTiming + "=" + gyre.GossipLocal,
+		}
+		if r > 0 {
+			env = append(env, gyre.EnvSeed+"="+gossip[0])
 		}
 		return env
 	}

@@ -25,7 +25,7 @@ func TestLaunchPassesTheStaticView(t *testing.T) {
 	script := `echo "$GYRE_RANK $GYRE_WORLD_SIZE $GYRE_LOCAL_RANK $GYRE_DATA_ADDR $GYRE_PEERS $GYRE_TRANSPORT $GYRE_STRIPES $GYRE_KEY_FILE"; ` +
 		`test -r "$GYRE_KEY_FILE" || echo "unreadable key"`
 	// A stale variable in the parent must not reach the workers.
-	lines, stderr, err := launchLines(t, map[string]string{"GYRE_RANK": "9"}, "-n", "3", "--stripes", "2", "--", "sh", "-c", script)
+	lines, stderr, err := launchLines(t, map[string]string{"GYRE_RANK": "9"}, "-n", "3", "--static", "--stripes", "2", "--", "sh", "-c", script)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
@@ -55,6 +55,41 @@ func TestLaunchPassesTheStaticView(t *testing.T) {
 	}
 }
 
+func TestLaunchPassesASeed(t *testing.T) {
+	script := `echo "$GYRE_LOCAL_RANK listen=$GYRE_LISTEN data=$GYRE_DATA_ADDR seed=$GYRE_SEED min=$GYRE_MIN_WORKERS ` +
+		`timing=$GYRE_GOSSIP_TIMING log=$GYRE_LOG_LEVEL peers=$GYRE_PEERS rank=$GYRE_RANK"`
+	lines, stderr, err := launchLines(t, map[string]string{"GYRE_SEED": "10.9.9.9:1"}, "-n", "3", "--", "sh", "-c", script)
+	if err != nil || len(lines) != 3 {
+		t.Fatalf("%q %v\n%s", lines, err, stderr)
+	}
+	seen := map[string]bool{}
+	var seed string
+	for r, l := range lines {
+		f := strings.Fields(strings.TrimPrefix(l, "["+string(rune('0'+r))+"] "))
+		kv := map[string]string{}
+		for _, p := range f[1:] {
+			k, v, _ := strings.Cut(p, "=")
+			kv[k] = v
+		}
+		if f[0] != string(rune('0'+r)) || kv["min"] != "3" || kv["timing"] != "local" || kv["log"] != "warn" ||
+			kv["peers"] != "" || kv["rank"] != "" || seen[kv["listen"]] || seen[kv["data"]] {
+			t.Fatalf("rank %d environment %q", r, l)
+		}
+		seen[kv["listen"]], seen[kv["data"]] = true, true
+		switch {
+		case r == 0 && kv["seed"] != "":
+			t.Fatalf("rank 0 must start the job, got seed %q", kv["seed"])
+		case r == 0:
+			seed = kv["listen"]
+		case kv["seed"] != seed:
+			t.Fatalf("rank %d joins through %q, want rank 0's %q", r, kv["seed"], seed)
+		}
+	}
+	if !strings.Contains(stderr, "seed "+seed) {
+		t.Fatalf("launch did not print the seed %s: %s", seed, stderr)
+	}
+}
+
 func TestLaunchKeyFileAndInsecure(t *testing.T) {
 	keyPath := t.TempDir() + "/cluster.key"
 	key, _ := secret.Generate()
@@ -68,7 +103,11 @@ func TestLaunchKeyFileAndInsecure(t *testing.T) {
 	if _, err := os.Stat(keyPath); err != nil {
 		t.Fatalf("the user's key file was removed: %v", err)
 	}
-	lines, stderr, err = launchLines(t, nil, "-n", "1", "--transport", "tcp", "--insecure", "--",
+	if _, _, err := launchLines(t, nil, "-n", "1", "--transport", "tcp", "--insecure", "--", "true"); err == nil ||
+		!strings.Contains(err.Error(), "gossip is always encrypted") {
+		t.Fatalf("insecure gossip launch: %v", err)
+	}
+	lines, stderr, err = launchLines(t, nil, "-n", "1", "--static", "--transport", "tcp", "--insecure", "--",
 		"sh", "-c", `echo "$GYRE_INSECURE key=$GYRE_KEY_FILE"`)
 	if err != nil || len(lines) != 1 || lines[0] != "[0] true key=" {
 		t.Fatalf("insecure worker saw %q (%v)\n%s", lines, err, stderr)
@@ -76,7 +115,7 @@ func TestLaunchKeyFileAndInsecure(t *testing.T) {
 }
 
 func TestLaunchStopsTheJobWhenAWorkerFails(t *testing.T) {
-	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", `[ "$GYRE_RANK" = 1 ] && exit 7; exec sleep 30`)
+	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", `[ "$GYRE_LOCAL_RANK" = 1 ] && exit 7; exec sleep 30`)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("launch = %v, want exit status 7 naming rank 1\n%s", err, stderr)

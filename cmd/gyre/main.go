@@ -5,18 +5,54 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go onSignals(sigs, cancel)
 	err := newRootCmd(osEnv()).ExecuteContext(ctx)
-	stop()
+	signal.Stop(sigs)
+	cancel()
 	var coded interface{ ExitCode() int }
 	switch {
 	case errors.As(err, &coded):
 		os.Exit(coded.ExitCode())
 	case err != nil:
 		os.Exit(1)
+	}
+}
+
+// graceful is what the first SIGTERM or interrupt does while a worker
+// runs: ask it to leave at the next boundary (Worker.RequestLeave), so
+// that its peers carry on. With none set, or at the second signal, the
+// command's context is cancelled at once.
+var graceful struct {
+	mu sync.Mutex
+	fn func()
+}
+
+// setGraceful sets the first signal's action; nil restores cancelling.
+func setGraceful(fn func()) {
+	graceful.mu.Lock()
+	graceful.fn = fn
+	graceful.mu.Unlock()
+}
+
+func onSignals(sigs <-chan os.Signal, cancel context.CancelFunc) {
+	first := true
+	for range sigs {
+		graceful.mu.Lock()
+		fn := graceful.fn
+		graceful.mu.Unlock()
+		if first && fn != nil {
+			first = false
+			fn()
+			continue
+		}
+		cancel()
 	}
 }

@@ -40,12 +40,16 @@ func newTrainCmd(c *cli) *cobra.Command {
 			"runs. It stops after --iters iterations or on reaching --target-acc test\n" +
 			"accuracy. Rank 0 prints loss, accuracy, samples/s and the batch shares.\n\n" +
 			"Under `gyre launch` it reads its settings from the GYRE_* variables;\n" +
-			"flags override them. Alone, it trains as a single worker. On separate\n" +
-			"hosts, give each the same --peers list (data addresses in rank order),\n" +
-			"its --rank and the cluster --key-file.",
+			"flags override them. Alone, it trains as a single worker. With --listen\n" +
+			"and no --seed it starts a job; with --seed it joins a running one through\n" +
+			"any member's gossip address, and is admitted at an iteration boundary.\n" +
+			"Every worker of a job uses the same --key-file. SIGTERM leaves the job\n" +
+			"at the next boundary and exits 0; a second SIGTERM stops at once.\n" +
+			"Every worker prints a digest of its final state.",
 		Example: "  gyre launch -n 4 -- train\n" +
 			"  gyre train --iters 500\n" +
-			"  gyre train --peers 10.0.0.1:7947,10.0.0.2:7947 --rank 1 --key-file cluster.key",
+			"  gyre train --listen 10.0.0.1:7946 --key-file cluster.key --min-workers 2\n" +
+			"  gyre train --seed 10.0.0.1:7946 --listen 10.0.0.2:7946 --key-file cluster.key",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			wc, err := c.workerConfig(cmd.Flags())
@@ -94,7 +98,7 @@ func (c *cli) workerConfig(fs *pflag.FlagSet) (gyre.Config, error) {
 	if len(errs) > 0 {
 		return cfg, errs[0]
 	}
-	if len(cfg.Peers) == 0 {
+	if len(cfg.Peers) == 0 && !cfg.Gossip() {
 		// A lone worker: any free port, and a secret of its own.
 		if cfg.DataAddr == "" {
 			cfg.DataAddr = "127.0.0.1:0"
@@ -124,13 +128,15 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
-	w, err := gyre.Join(ctx, cfg, gyre.WithState(job.State()))
+	state := job.State()
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	lead := w.Rank() == 0
-	if lead {
+	setGraceful(w.RequestLeave)
+	defer setGraceful(nil)
+	if w.Rank() == 0 {
 		fmt.Fprintf(out, "# gyre train: %d workers, model %v (%d parameters), global batch %d, overlap %v\n",
 			w.Size(), job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, fl.overlap)
 		fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
@@ -138,7 +144,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	res, err := train.Run(ctx, w, job, train.Options{
 		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap,
 		Progress: func(p train.Progress) {
-			if lead {
+			if w.Rank() == 0 {
 				fmt.Fprintf(out, "%8d %10.4f %8.2f%% %12.0f  %s\n", p.Iter, p.Loss, 100*p.Acc, p.SamplesPerSec, shareList(p.Shares))
 			}
 		},
@@ -146,7 +152,16 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return err
 	}
-	if lead {
+	digest, err := state.Digest()
+	if err != nil {
+		return err
+	}
+	if res.Left {
+		fmt.Fprintf(out, "# left the job after iteration %d, as asked; final state digest %016x\n", res.Iters-1, digest)
+		return nil
+	}
+	fmt.Fprintf(out, "# rank %d final state digest %016x at iteration %d\n", w.Rank(), digest, w.Iter())
+	if w.Rank() == 0 {
 		verdict := "stopped at the iteration limit"
 		if fl.targetAcc > 0 && res.Acc >= fl.targetAcc {
 			verdict = fmt.Sprintf("reached the target %.2f%%", 100*fl.targetAcc)

@@ -94,6 +94,8 @@ type Result struct {
 	Elapsed time.Duration
 	// SamplesPerSec is global samples per second over the run.
 	SamplesPerSec float64
+	// Left says the worker left the job at its request (RequestLeave).
+	Left bool
 }
 
 // Run trains j on w until o.Iters iterations are done or the test accuracy
@@ -165,6 +167,10 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		}
 		if change.Redo {
 			continue // the state was restored: run the iteration again
+		}
+		if change.Left {
+			res.Iters, res.Loss, res.Left = change.Iter, loss[0], true
+			return res, nil
 		}
 		if err := w.Commit(); err != nil {
 			return res, err

@@ -1,0 +1,230 @@
+package gyre
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// The next view is decided from a boundary's table by decideView, with no
+// coordinator: every member holds the same table and runs the same pure
+// code. The rule:
+//   - every member's gossip must list the same members of the current view
+//     alive; bitmaps that disagree fail the boundary on every rank with
+//     an *AliveMismatchError (until recovery from a lost worker exists);
+//   - a member whose record asks to leave is removed;
+//   - a pending joiner is admitted when every current member lists it,
+//     while the smallest MaxWorkers in the table leaves room, in ring
+//     order;
+//   - before iteration 0, training starts once the view holds the largest
+//     MinWorkers in the table; later leaves may shrink the view below it;
+//   - the next view is sorted by data address (host, then port), and its
+//     epoch is one higher when its members differ.
+
+// ErrAliveMismatch is matched by every *AliveMismatchError.
+var ErrAliveMismatch = errors.New("gyre: workers' gossip disagrees about who is alive")
+
+// AliveMismatchError reports a boundary at which the members' gossip
+// listed different members of the view alive. Every member returns it
+// with the same content.
+type AliveMismatchError struct {
+	// Iter is the boundary's iteration.
+	Iter int64
+	// Unseen maps a rank to the ranks its gossip did not list alive, for
+	// every rank that missed some.
+	Unseen map[int][]int
+}
+
+func (e *AliveMismatchError) Error() string {
+	ranks := slices.Sorted(maps.Keys(e.Unseen))
+	parts := make([]string, len(ranks))
+	for i, r := range ranks {
+		parts[i] = fmt.Sprintf("rank %d does not see rank(s) %v", r, e.Unseen[r])
+	}
+	return fmt.Sprintf("gyre: boundary of iteration %d: the workers' gossip disagrees about who is alive: %s",
+		e.Iter, strings.Join(parts, "; "))
+}
+
+// Is matches ErrAliveMismatch.
+func (e *AliveMismatchError) Is(target error) bool { return target == ErrAliveMismatch }
+
+// member is a view member: its transport ID and advertised data address.
+type member struct {
+	ID   transport.PeerID
+	Addr string
+}
+
+// joinerHash names a pending joiner in a fixed-size record slot. It covers
+// the address too, so members that admit a joiner agree on where it is.
+func joinerHash(m member) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(m.ID))
+	h.Write([]byte{0})
+	h.Write([]byte(m.Addr))
+	return max(h.Sum64(), 1) // 0 marks an empty slot
+}
+
+// listJoiners fills a record's joiner slots with the smallest hashes of
+// pending, so that members seeing the same joiners list the same ones.
+func listJoiners(pending []member) [joinerSlots]uint64 {
+	hs := make([]uint64, len(pending))
+	for i, m := range pending {
+		hs[i] = joinerHash(m)
+	}
+	slices.Sort(hs)
+	hs = slices.Compact(hs)
+	var out [joinerSlots]uint64
+	copy(out[:], hs)
+	return out
+}
+
+// aliveBits is the alive bitmap of a view: bit r for rank r in alive.
+func aliveBits(view []member, alive func(member) bool) [aliveWords]uint64 {
+	var bits [aliveWords]uint64
+	for r, m := range view {
+		if alive(m) {
+			bits[r/64] |= 1 << (r % 64)
+		}
+	}
+	return bits
+}
+
+// viewDecision is what one boundary decided about membership.
+type viewDecision struct {
+	// Members is the next view in ring order; Changed says it differs
+	// from the current one.
+	Members []member
+	Changed bool
+	// Admitted and Left are the members added and removed.
+	Admitted, Left []member
+	// Start says the view is large enough for iteration 0 (before it).
+	Start bool
+	// Capped counts joiners every member listed but MaxWorkers kept out.
+	Capped int
+}
+
+// decideView applies the membership rule to a boundary's table. cur is the
+// current view in ring order, recs the records in rank order. known
+// resolves the joiner hashes this worker listed; a joiner every member
+// listed is one this worker listed, so it always resolves.
+func decideView(iter int64, cur []member, recs []record, known map[uint64]member) (viewDecision, error) {
+	var d viewDecision
+	unseen := map[int][]int{}
+	for r, rec := range recs {
+		for q := range cur {
+			if rec.alive[q/64]&(1<<(q%64)) == 0 {
+				unseen[r] = append(unseen[r], q)
+			}
+		}
+	}
+	if len(unseen) > 0 {
+		return d, &AliveMismatchError{Iter: iter, Unseen: unseen}
+	}
+	maxWorkers, minWorkers := int64(MaxView), int64(1)
+	for _, rec := range recs {
+		if rec.maxWorkers > 0 {
+			maxWorkers = min(maxWorkers, rec.maxWorkers)
+		}
+		minWorkers = max(minWorkers, rec.minWorkers)
+	}
+	for r, m := range cur {
+		if recs[r].leave {
+			d.Left = append(d.Left, m)
+		} else {
+			d.Members = append(d.Members, m)
+		}
+	}
+	var joiners []member
+	for _, h := range recs[0].joiners {
+		if h == 0 || !listedByAll(recs, h) {
+			continue
+		}
+		m, ok := known[h]
+		if !ok {
+			return d, fmt.Errorf("gyre: boundary of iteration %d: joiner %016x is listed by every member but unknown here", iter, h)
+		}
+		joiners = append(joiners, m)
+	}
+	slices.SortFunc(joiners, compareMembers)
+	room := max(int(maxWorkers)-len(d.Members), 0)
+	if len(joiners) > room {
+		d.Capped = len(joiners) - room
+		joiners = joiners[:room]
+	}
+	d.Admitted = joiners
+	d.Members = append(d.Members, joiners...)
+	slices.SortFunc(d.Members, compareMembers)
+	d.Changed = len(d.Admitted) > 0 || len(d.Left) > 0
+	d.Start = int64(len(d.Members)) >= minWorkers
+	return d, nil
+}
+
+func listedByAll(recs []record, h uint64) bool {
+	for _, rec := range recs {
+		if !slices.Contains(rec.joiners[:], h) {
+			return false
+		}
+	}
+	return true
+}
+
+// compareMembers orders members by data address: host (as an IP where it
+// parses, so 10.0.0.9 comes before 10.0.0.10), then port, then ID.
+func compareMembers(a, b member) int {
+	ah, ap := splitAddr(a.Addr)
+	bh, bp := splitAddr(b.Addr)
+	if c := compareHosts(ah, bh); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(ap, bp), cmp.Compare(a.ID, b.ID))
+}
+
+func splitAddr(addr string) (string, int) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
+
+func compareHosts(a, b string) int {
+	ai, aerr := netip.ParseAddr(a)
+	bi, berr := netip.ParseAddr(b)
+	switch {
+	case aerr == nil && berr == nil:
+		return ai.Compare(bi)
+	case aerr == nil:
+		return -1 // addresses before names
+	case berr == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}
+
+// viewDigest hashes a view and shares, for the decision check.
+func viewDigest(epoch uint64, members []member, shares []int) uint64 {
+	h := fnv.New64a()
+	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
+	put(epoch)
+	for _, m := range members {
+		h.Write([]byte(m.ID))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Addr))
+		h.Write([]byte{0})
+	}
+	for _, s := range shares {
+		put(uint64(s))
+	}
+	return h.Sum64()
+}

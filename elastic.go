@@ -1,0 +1,605 @@
+package gyre
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/membership"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// Gossip membership. A worker with Listen and no Seeds starts a job: it
+// forms view 1 alone. A worker with Seeds gossips in through them and waits,
+// listed as pending in its metadata (epoch 0), until a boundary admits it:
+// every member lists it in its boundary record, all decide the same next
+// view (decideView), and each member still in it sends the joiner a
+// welcome over the control channel before anything else of the new view.
+// The members and the joiner then agree on the settings, and the state is
+// broadcast from the first member of the old view, as at Join. Before
+// iteration 0 the members vote in admission rounds until the view holds
+// MinWorkers.
+
+// protocolVersion is the protocol in node metadata: workers that speak
+// another are never admitted.
+const protocolVersion = 1
+
+// admitPoll paces the admission rounds before iteration 0.
+const admitPoll = 100 * time.Millisecond
+
+// joinGossip is Join with gossip membership.
+func (w *Worker) joinGossip(ctx context.Context) error {
+	cfg := w.cfg
+	sec, err := cfg.Secret()
+	if err != nil {
+		return err
+	}
+	self := w.self()
+	w.node, err = membership.Start(membership.Config{Name: cfg.Name, Listen: cfg.Listen, Advertise: cfg.Advertise,
+		Key: sec.GossipKey(), Meta: w.nodeMeta(0, -1), Local: cfg.GossipTiming == GossipLocal,
+		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	w.meta = newMetaPublisher(w.node, w.log)
+	w.log.Info().Str("gossip", w.node.Addr()).Str("data", self.Addr).Str("job", cfg.Job).Msg("gossip started")
+	prestart := true
+	if len(cfg.Seeds) == 0 {
+		vs, err := w.newViewState(1, []member{self}, 0, EqualShares(cfg.GlobalBatch, 1), 0)
+		if err != nil {
+			return err
+		}
+		w.setView(vs)
+		if err := w.state.commit(w.iter); err != nil {
+			return err
+		}
+		w.meta.publish(w.nodeMeta(1, 0))
+		w.log.Info().Str("seed", w.node.Addr()).Msg("started a new job: others join it with --seed")
+	} else {
+		if err := w.joinSeeds(ctx); err != nil {
+			return err
+		}
+		w.log.Info().Strs("seeds", cfg.Seeds).Msg("gossip joined; pending until a boundary admits this worker")
+		wel, err := w.awaitWelcome(ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.enterView(ctx, wel); err != nil {
+			return err
+		}
+		prestart = wel.Prestart
+	}
+	for prestart {
+		if prestart, err = w.admit(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// self is this worker as a view member: its name and advertised data
+// address, with the port the transport bound.
+func (w *Worker) self() member {
+	id := transport.PeerID(w.cfg.Name)
+	l, ok := w.t.(transport.Listener)
+	if !ok {
+		return member{ID: id, Addr: w.cfg.AdvertisedData()}
+	}
+	addr := l.Addr()
+	if !w.ownT {
+		return member{ID: id, Addr: addr} // a given transport's own address
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		addr = net.JoinHostPort(w.cfg.Advertise, port)
+	}
+	return member{ID: id, Addr: addr}
+}
+
+// nodeMeta is this worker's gossip metadata at epoch and rank (0 and -1:
+// pending).
+func (w *Worker) nodeMeta(epoch uint64, rank int) membership.Meta {
+	return membership.Meta{DataAddr: w.self().Addr, Job: w.cfg.Job, Protocol: protocolVersion,
+		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String()}
+}
+
+// joinSeeds joins gossip through the seeds, retrying while they start.
+// A seed that answers with another cluster secret fails at once.
+func (w *Worker) joinSeeds(ctx context.Context) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.node.Join(actx, w.cfg.Seeds)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if isKeyMismatch(err) {
+			return fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
+				w.cfg.Seeds, err)
+		}
+		w.log.Debug().Err(err).Msg("joining gossip; retrying")
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("gyre: joining through %v: %w (last attempt: %v)", w.cfg.Seeds, ctx.Err(), err)
+		}
+	}
+}
+
+// isKeyMismatch recognises memberlist's errors for gossip it cannot
+// decrypt or that is not encrypted as it requires.
+func isKeyMismatch(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"decrypt", "No installed keys", "encryption", "Encryption"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// gossipMembers reads gossip: the workers of this job it lists live, the
+// pending ones not in vs, and those in some view but not in vs.
+func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, pending, inView []member) {
+	live = make(map[transport.PeerID]bool)
+	self := transport.PeerID(w.cfg.Name)
+	for _, m := range w.node.Members() {
+		if m.MetaErr != nil || m.Meta.Role != membership.RoleWorker || m.Meta.Job != w.cfg.Job ||
+			m.Meta.Protocol != protocolVersion || m.Meta.DataAddr == "" {
+			continue
+		}
+		id := transport.PeerID(m.Name)
+		live[id] = true
+		switch {
+		case id == self, vs != nil && vs.rankOf(id) >= 0, w.departed[id]:
+		case m.Meta.Epoch == 0:
+			pending = append(pending, member{ID: id, Addr: m.Meta.DataAddr})
+		default:
+			inView = append(inView, member{ID: id, Addr: m.Meta.DataAddr})
+		}
+	}
+	return live, pending, inView
+}
+
+// membershipRecord fills rec's membership fields: the leave request, the
+// worker bounds, the alive bitmap and the pending joiners, which it
+// returns by hash. The static view has no gossip: a member that voted is
+// alive.
+func (w *Worker) membershipRecord(rec *record) map[uint64]member {
+	vs := w.cur
+	rec.leave = w.leaveReq.Load()
+	rec.minWorkers, rec.maxWorkers = int64(w.cfg.MinWorkers), int64(w.cfg.MaxWorkers)
+	if w.node == nil {
+		rec.alive = aliveBits(vs.members, func(member) bool { return true })
+		return nil
+	}
+	w.forgetDeparted()
+	live, pending, _ := w.gossipMembers(vs)
+	for id := range w.departed {
+		if !live[id] {
+			delete(w.departed, id) // gossip has seen it go
+		}
+	}
+	rec.alive = aliveBits(vs.members, func(m member) bool { return m.ID == vs.ids[vs.rank] || live[m.ID] })
+	rec.joiners = listJoiners(pending)
+	known := make(map[uint64]member, len(pending))
+	for _, m := range pending {
+		known[joinerHash(m)] = m
+	}
+	return known
+}
+
+// admit runs one admission round before iteration 0 and reports whether
+// more are needed: the view is still below the largest MinWorkers.
+func (w *Worker) admit(ctx context.Context) (bool, error) {
+	select {
+	case <-time.After(admitPoll):
+	case <-ctx.Done():
+		return false, fmt.Errorf("gyre: waiting for %d workers before iteration 0 (the view has %d): %w",
+			w.cfg.MinWorkers, w.Size(), ctx.Err())
+	}
+	vs := w.cur
+	rec := record{kind: kindAdmit, iter: w.iter, decision: w.decisionDigest()}
+	known := w.membershipRecord(&rec)
+	recs, err := w.vote(ctx, vs, rec)
+	if err != nil {
+		return false, err
+	}
+	var errs []error
+	for r, got := range recs {
+		if got.decision != rec.decision {
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) runs a different view or shares", ErrDiverged, r, vs.ids[r]))
+		}
+	}
+	if err := w.settle(ctx, vs, errors.Join(errs...)); err != nil {
+		return false, err
+	}
+	d, err := decideView(w.iter, vs.members, recs, known)
+	if err != nil {
+		return false, w.settle(ctx, vs, err)
+	}
+	if d.Changed {
+		if err := w.changeView(ctx, d, !d.Start); err != nil {
+			return false, err
+		}
+		if w.left {
+			return false, ErrClosed
+		}
+	}
+	return !d.Start, nil
+}
+
+// changeView moves to the view d decided. Every member first proves at a
+// barrier that it holds the table, so that leaving or closing the old
+// view's communicators cuts off nothing a peer still needs. A member that
+// asked to leave then leaves; the others welcome the joiners, build the
+// new view's communicators, and, if workers joined, bring them the state.
+func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) error {
+	old := w.cur
+	self := old.ids[old.rank]
+	leaving := slices.ContainsFunc(d.Left, func(m member) bool { return m.ID == self })
+	if err := old.ctrl.Barrier(ctx); err != nil && !leaving {
+		return w.lost(old, w.iter-1, err)
+	}
+	if leaving {
+		// The decision stands even if the barrier failed: every member
+		// holds the table it came from.
+		w.left = true
+		w.log.Info().Int64("iter", w.iter).Msg("left the job at the boundary, as requested")
+		return errors.Join(w.leaveGossip(), w.Close())
+	}
+	w.forgetDeparted()
+	rank := slices.IndexFunc(d.Members, func(m member) bool { return m.ID == self })
+	epoch, shares := old.view.Epoch+1, EqualShares(w.cfg.GlobalBatch, len(d.Members))
+	var oldRanks []int
+	for r, m := range d.Members {
+		if old.rankOf(m.ID) >= 0 {
+			oldRanks = append(oldRanks, r)
+		}
+	}
+	for _, m := range d.Left {
+		// Gossip may list it, with its metadata of before it joined, for a
+		// while yet: it must not look like a joiner.
+		w.departed[m.ID] = true
+		w.forget = append(w.forget, m.ID)
+	}
+	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: w.iter, Members: d.Members, Shares: shares,
+		Old: oldRanks, Prestart: prestart}
+	for _, j := range d.Admitted {
+		if err := w.sendWelcome(ctx, j, wel); err != nil {
+			return err
+		}
+	}
+	vs, err := w.newViewState(epoch, d.Members, rank, shares, old.data.Bandwidth())
+	if err != nil {
+		return err
+	}
+	w.setView(vs)
+	if err := w.connectView(ctx, vs); err != nil {
+		return err
+	}
+	if len(d.Admitted) > 0 {
+		if err := w.syncView(ctx, oldRanks[0]); err != nil {
+			return err
+		}
+	}
+	w.meta.publish(w.nodeMeta(epoch, rank))
+	ev := w.log.Info().Uint64("epoch", epoch).Int("rank", rank).Int("world", len(d.Members)).Int64("iter", w.iter)
+	if len(d.Admitted) > 0 {
+		ev = ev.Strs("admitted", idStrings(d.Admitted))
+	}
+	if len(d.Left) > 0 {
+		ev = ev.Strs("left", idStrings(d.Left))
+	}
+	ev.Msg("view changed")
+	if d.Capped > 0 {
+		w.log.Warn().Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Msg("joiners stay pending: the view is at MaxWorkers")
+	}
+	if !prestart && len(d.Members) < w.cfg.MinWorkers {
+		w.log.Warn().Int("world", len(d.Members)).Int("min_workers", w.cfg.MinWorkers).
+			Msg("the view shrank below MinWorkers, which gates iteration 0 only; training goes on")
+	}
+	return nil
+}
+
+func idStrings(ms []member) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m.ID)
+	}
+	return out
+}
+
+func memberIDs(ms []member) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	return idStrings(ms)
+}
+
+// forgetDeparted releases the transport's records of the members that
+// left at an earlier boundary. Not at once: a leaver may still be
+// forwarding the last messages of its final barrier.
+func (w *Worker) forgetDeparted() {
+	f, ok := w.t.(transport.Forgetter)
+	if !ok || len(w.forget) == 0 || w.cur.members == nil {
+		return
+	}
+	for _, id := range w.forget {
+		if w.cur.rankOf(id) < 0 {
+			f.Forget(id)
+		}
+	}
+	w.forget = w.forget[:0]
+}
+
+// leaveGossip tells gossip this worker leaves, so the others list it as
+// left rather than dead. When the whole job ends together nobody may be
+// left to hear it, which is no error.
+func (w *Worker) leaveGossip() error {
+	if w.node == nil {
+		return nil
+	}
+	w.meta.stop()
+	if err := w.node.Leave(time.Second); err != nil {
+		w.log.Debug().Err(err).Msg("leaving gossip")
+	}
+	return nil
+}
+
+// welcomeVersion is the welcome's encoding version.
+const welcomeVersion = 1
+
+// welcome is what the members send a joiner they admitted: the view it
+// enters and where the job is.
+type welcome struct {
+	Version int
+	Epoch   uint64
+	// Iter is the iteration the view runs next.
+	Iter    int64
+	Members []member
+	Shares  []int
+	// Old are the ranks of the members of the previous view, each of
+	// which sends a welcome; the first is the state broadcast's root.
+	Old []int
+	// Prestart says admission rounds go on before iteration 0.
+	Prestart bool
+}
+
+// welcomeFlag marks a welcome in the header's Flags, apart from the ring's
+// control messages.
+const welcomeFlag = 0x80
+
+// sendWelcome connects to joiner j and sends it wel on the control
+// channel.
+func (w *Worker) sendWelcome(ctx context.Context, j member, wel welcome) error {
+	self := w.cur.members[w.cur.rank]
+	if err := connectMembers(ctx, w.t, []transport.PeerID{self.ID, j.ID}, []string{self.Addr, j.Addr}, 0); err != nil {
+		return fmt.Errorf("gyre: welcoming %s: %w", j.ID, err)
+	}
+	b, err := json.Marshal(wel)
+	if err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindControl, Flags: welcomeFlag, Epoch: wel.Epoch}
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
+	defer cancel()
+	if err := w.t.Send(sctx, j.ID, transport.ChanControl, hdr, b); err != nil {
+		return fmt.Errorf("gyre: welcoming %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// recvWelcome reads one welcome from peer on the control channel.
+func (w *Worker) recvWelcome(ctx context.Context, peer transport.PeerID) (welcome, error) {
+	buf := make([]byte, 1<<20)
+	h, n, err := w.t.Recv(ctx, peer, transport.ChanControl, buf)
+	if err != nil {
+		return welcome{}, err
+	}
+	if h.Kind != wire.KindControl || h.Flags != welcomeFlag {
+		return welcome{}, fmt.Errorf("gyre: %s sent a %v message where its welcome was due", peer, h.Kind)
+	}
+	var wel welcome
+	if err := json.Unmarshal(buf[:n], &wel); err != nil {
+		return welcome{}, fmt.Errorf("gyre: welcome from %s: %w", peer, err)
+	}
+	if wel.Version != welcomeVersion {
+		return welcome{}, fmt.Errorf("gyre: welcome from %s has version %d, this worker reads %d", peer, wel.Version, welcomeVersion)
+	}
+	return wel, nil
+}
+
+// awaitWelcome waits, pending, until the members admit this worker, and
+// returns the welcome. It listens to every worker gossip lists in a view;
+// once one welcome arrives it reads the others' too, so that the control
+// channels are past them before the new view's votes, and checks that
+// they agree.
+func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
+	type result struct {
+		from transport.PeerID
+		wel  welcome
+		err  error
+	}
+	results := make(chan result)
+	listening := map[transport.PeerID]context.CancelFunc{}
+	got := map[transport.PeerID]welcome{}
+	listen := func(id transport.PeerID) {
+		lctx, cancel := context.WithCancel(ctx)
+		listening[id] = cancel
+		go func() {
+			wel, err := w.recvWelcome(lctx, id)
+			results <- result{id, wel, err}
+		}()
+	}
+	collect := func(r result) error {
+		listening[r.from]()
+		delete(listening, r.from)
+		if r.err == nil {
+			got[r.from] = r.wel
+			return nil
+		}
+		if ctx.Err() != nil || errors.Is(r.err, context.Canceled) {
+			return nil
+		}
+		return r.err
+	}
+	defer func() { // stop the listeners left, and wait for them
+		for _, cancel := range listening {
+			cancel()
+		}
+		for range listening {
+			<-results
+		}
+	}()
+	tick := time.NewTicker(admitPoll)
+	defer tick.Stop()
+	var first welcome
+	for len(got) == 0 {
+		_, _, inView := w.gossipMembers(nil)
+		for _, m := range inView {
+			if listening[m.ID] == nil {
+				listen(m.ID)
+			}
+		}
+		select {
+		case r := <-results:
+			if err := collect(r); err != nil {
+				w.log.Debug().Err(err).Str("peer", string(r.from)).Msg("listening for a welcome")
+			}
+		case <-tick.C:
+		case <-ctx.Done():
+			return welcome{}, fmt.Errorf("gyre: pending: no boundary admitted this worker (is MaxWorkers reached, or the job over?): %w", ctx.Err())
+		}
+	}
+	for _, wel := range got {
+		first = wel
+	}
+	need := map[transport.PeerID]bool{}
+	for _, r := range first.Old {
+		if r >= 0 && r < len(first.Members) {
+			need[first.Members[r].ID] = true
+		}
+	}
+	for id, cancel := range listening {
+		if !need[id] {
+			cancel() // not a member of the old view: it sends no welcome
+		}
+	}
+	for len(listening) > 0 {
+		if err := collect(<-results); err != nil {
+			return welcome{}, err
+		}
+	}
+	for id := range need {
+		if _, ok := got[id]; ok {
+			continue
+		}
+		wel, err := w.recvWelcome(ctx, id)
+		if err != nil {
+			return welcome{}, fmt.Errorf("gyre: waiting for the welcome of %s: %w", id, err)
+		}
+		got[id] = wel
+	}
+	for id, wel := range got {
+		if !need[id] || wel.Epoch != first.Epoch || !slices.Equal(wel.Members, first.Members) || wel.Iter != first.Iter {
+			return welcome{}, fmt.Errorf("%w: the welcomes of the members disagree (%s sent epoch %d)", ErrDiverged, id, wel.Epoch)
+		}
+	}
+	return first, nil
+}
+
+// enterView makes this joiner a member of the view its welcome describes,
+// and takes the state from the root.
+func (w *Worker) enterView(ctx context.Context, wel welcome) error {
+	self := w.self()
+	rank := slices.IndexFunc(wel.Members, func(m member) bool { return m.ID == self.ID })
+	switch {
+	case rank < 0:
+		return fmt.Errorf("gyre: the welcome's view does not list this worker (%s)", self.ID)
+	case wel.Members[rank].Addr != self.Addr:
+		return fmt.Errorf("gyre: the welcome lists this worker at %s, but it is at %s", wel.Members[rank].Addr, self.Addr)
+	case len(wel.Old) == 0 || len(wel.Shares) != len(wel.Members):
+		return fmt.Errorf("gyre: malformed welcome: %d members, %d shares, %d old members", len(wel.Members), len(wel.Shares), len(wel.Old))
+	}
+	vs, err := w.newViewState(wel.Epoch, wel.Members, rank, wel.Shares, 0)
+	if err != nil {
+		return err
+	}
+	w.setView(vs)
+	w.iter = wel.Iter
+	if err := w.connectView(ctx, vs); err != nil {
+		return err
+	}
+	if err := w.syncView(ctx, wel.Old[0]); err != nil {
+		return err
+	}
+	w.meta.publish(w.nodeMeta(wel.Epoch, rank))
+	w.log.Info().Uint64("epoch", wel.Epoch).Int("rank", rank).Int("world", len(wel.Members)).Int64("iter", w.iter).Msg("admitted")
+	return nil
+}
+
+// metaPublisher gossips this worker's metadata in the background, the
+// latest value winning, so a view change never waits on gossip.
+type metaPublisher struct {
+	node   *membership.Node
+	log    zerolog.Logger
+	mu     sync.Mutex
+	latest *membership.Meta
+	kick   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+func newMetaPublisher(node *membership.Node, log zerolog.Logger) *metaPublisher {
+	p := &metaPublisher{node: node, log: log, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p.wg.Add(1)
+	go p.run()
+	return p
+}
+
+func (p *metaPublisher) publish(m membership.Meta) {
+	p.mu.Lock()
+	p.latest = &m
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *metaPublisher) run() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.kick:
+		case <-p.done:
+			return
+		}
+		p.mu.Lock()
+		m := p.latest
+		p.mu.Unlock()
+		if err := p.node.UpdateMeta(*m, 2*time.Second); err != nil {
+			p.log.Debug().Err(err).Msg("gossiping metadata")
+		}
+	}
+}
+
+// stop ends publishing; it is idempotent.
+func (p *metaPublisher) stop() {
+	if p == nil {
+		return
+	}
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}

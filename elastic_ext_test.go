@@ -1,0 +1,174 @@
+package gyre_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
+)
+
+// elasticRun is what one worker saw while training the toy model in an
+// elastic job.
+type elasticRun struct {
+	left               bool     // it left at its own request
+	admitted, departed []string // workers other members reported joining and leaving
+	last               int64    // its last completed iteration
+	epoch              uint64   // its final view's epoch
+	leaveAt            int64    // the iteration at which it asked to leave
+}
+
+// trainElastic trains the toy on w until iteration iters, then leaves with
+// the rest. Until it sees a worker admitted it paces its iterations, so
+// that gossip has time to converge; with leave set, it asks to leave a few
+// iterations after that.
+func trainElastic(ctx context.Context, w *gyre.Worker, m *toy, iters int64, leave bool) (elasticRun, error) {
+	var run elasticRun
+	leaveAt := int64(-1)
+	for w.Iter() < iters {
+		if len(run.admitted) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		} else if leave && leaveAt < 0 {
+			leaveAt = w.Iter() + 3
+		}
+		if w.Iter() == leaveAt {
+			w.RequestLeave()
+		}
+		b := w.Batch()
+		g := m.grad(b.Indices)
+		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
+		w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
+		if err := w.Wait(ctx); err != nil {
+			return run, err
+		}
+		m.step(g)
+		ch, err := w.Boundary(ctx)
+		if err != nil {
+			return run, err
+		}
+		if ch.Redo || ch.Iter != b.Iter+1 {
+			return run, fmt.Errorf("boundary of iteration %d moved to %d (redo %v)", b.Iter, ch.Iter, ch.Redo)
+		}
+		run.last = b.Iter
+		run.admitted = append(run.admitted, ch.Admitted...)
+		run.departed = append(run.departed, ch.Departed...)
+		if ch.Left {
+			run.left, run.leaveAt = true, leaveAt
+			return run, nil
+		}
+		run.epoch = ch.View.Epoch
+		if err := w.Commit(); err != nil {
+			return run, err
+		}
+	}
+	run.leaveAt = leaveAt
+	return run, w.Leave(ctx)
+}
+
+// referenceToy trains the toy in one process over the same global batches.
+func referenceToy(t *testing.T, global int, iters int64) *toy {
+	t.Helper()
+	s, err := gyre.NewSampler(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newToy()
+	for k := range iters {
+		m.step(m.grad(s.Indices(nil, k*int64(global), int64(global))))
+	}
+	return m
+}
+
+func closeRel(a, b []float64, tol float64) bool {
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > tol*math.Max(math.Abs(b[i]), 1e-300) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// TestGossipJoinAndLeave starts three workers from one seed over gossip,
+// adds a fourth at run time, and lets one ask to leave: the joiner is
+// admitted at a boundary, the leaver leaves with no iteration redone, and
+// every worker that stays ends where one process training on the same
+// global batches ends.
+func TestGossipJoinAndLeave(t *testing.T) {
+	for _, tr := range []string{gyretest.Mem, gyretest.QUIC} {
+		t.Run(tr, func(t *testing.T) { testGossipJoinAndLeave(t, tr) })
+	}
+}
+
+func testGossipJoinAndLeave(t *testing.T, tr string) {
+	const global, iters, leaver = 24, 400, 1
+	models := make([]*toy, 4)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: tr, Gossip: true,
+		Config: func(r int, c *gyre.Config) { c.GlobalBatch = global },
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			models[r].theta[0] = float64(r) // rank 0's state wins at Join
+			return models[r].state()
+		}})
+	epoch := c.Workers[0].View().Epoch
+	var ranks []int
+	for i, w := range c.Workers {
+		if v := w.View(); v.Epoch != epoch || len(v.Members) != 3 {
+			t.Fatalf("worker %d: view %+v, want 3 members at epoch %d", i, v, epoch)
+		}
+		ranks = append(ranks, w.Rank())
+	}
+	slices.Sort(ranks)
+	if !slices.Equal(ranks, []int{0, 1, 2}) {
+		t.Fatalf("ranks %v", ranks)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	joiner := c.AddJoiner(t)
+	runs := make([]elasticRun, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i, w := range c.Workers[:3] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i], errs[i] = trainElastic(ctx, w, models[i], iters, i == leaver)
+		}()
+	}
+	jw, err := joiner.Wait(c)
+	if err != nil {
+		t.Fatalf("joiner: %v", err)
+	}
+	if jw.Iter() >= iters-10 {
+		t.Fatalf("the joiner was admitted only at iteration %d", jw.Iter())
+	}
+	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("workers: %v", errs)
+	}
+	want := referenceToy(t, global, iters)
+	for i, r := range runs {
+		switch {
+		case i == leaver:
+			if !r.left || r.last != r.leaveAt {
+				t.Fatalf("the leaver: left %v after iteration %d, want after %d", r.left, r.last, r.leaveAt)
+			}
+		case r.left || r.last != iters-1:
+			t.Fatalf("worker %d: left %v, last iteration %d", i, r.left, r.last)
+		case !closeRel(models[i].theta, want.theta, 1e-12):
+			t.Fatalf("worker %d: θ %v, one process %v", i, models[i].theta, want.theta)
+		case i < 3 && (!slices.Contains(r.admitted, string(c.IDs[3])) || !slices.Contains(r.departed, string(c.IDs[leaver]))):
+			t.Fatalf("worker %d saw admitted %v, departed %v", i, r.admitted, r.departed)
+		}
+	}
+	gyretest.EnsureSameState(t, c.States[0], c.States[2], c.States[3])
+	if runs[0].epoch != runs[3].epoch || runs[0].epoch < epoch+2 {
+		t.Fatalf("final epochs %d and %d, from %d", runs[0].epoch, runs[3].epoch, epoch)
+	}
+}
