@@ -114,8 +114,10 @@ type PeerStarter func(ctx context.Context, args []string, key secret.Secret) (*P
 // peer's flags. The child's environment is env plus GYRE_KEY holding the
 // secret, so the secret never shows in a process listing; env should carry
 // no other GYRE_KEY or GYRE_KEY_FILE. The child's stderr (its logs) goes to
-// stderr. The child is killed if ctx ends.
+// stderr, one write at a time however many children run. The child is
+// killed if ctx ends.
 func ExecPeer(exe string, prefix, env []string, stderr io.Writer) PeerStarter {
+	stderr = &lockedWriter{w: stderr}
 	return func(ctx context.Context, args []string, key secret.Secret) (*PeerProcess, error) {
 		cmd := exec.CommandContext(ctx, exe, append(append([]string(nil), prefix...), args...)...)
 		cmd.Env = append(append([]string(nil), env...), gyre.EnvKey+"="+key.Hex())
@@ -139,6 +141,19 @@ func ExecPeer(exe string, prefix, env []string, stderr io.Writer) PeerStarter {
 			Kill:   func() { cmd.Process.Kill() },
 		}, nil
 	}
+}
+
+// lockedWriter serialises writes: each child's stderr is copied by a
+// goroutine of its own.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // stopPeer closes the peer's stdin and waits for it to exit, killing it

@@ -11,6 +11,13 @@
 // bound exactly, and the advertised address is Config.Advertise or, by
 // default, Listen's host.
 //
+// Each member has a State. Members lists the live ones (alive or
+// suspect), which is what views are built from; All also lists the dead
+// (failed) and left (Node.Leave) members this node still remembers, for
+// at most Config.Forget and MaxGone of them. memberlist's callbacks do not
+// say whether a member died or left, so Node.Leave also gossips a leave
+// notice; a member with none is dead.
+//
 // Views, epochs and the boundary protocol that admits joiners are built on
 // top of this package in package gyre; membership only reports who is
 // there.

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"slices"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -38,6 +39,10 @@ type Config struct {
 	// suspected node has to refute it.
 	ProbeInterval time.Duration
 	SuspicionMult int
+	// Forget is how long a dead or left member stays in All after this
+	// node saw it go. Default DefaultForget. At most MaxGone such members
+	// are kept in any case, the most recent ones.
+	Forget time.Duration
 	// Logger receives memberlist's log, at memberlist's levels.
 	Logger zerolog.Logger
 }
@@ -48,52 +53,9 @@ type Node struct {
 	ml   *memberlist.Memberlist
 	del  *delegate
 	ev   *events
+	// gossipInterval is memberlist's, for Leave.
+	gossipInterval time.Duration
 }
-
-// events keeps this node's own copy of the members. memberlist's Members
-// returns pointers into state its goroutines keep changing (a data race to
-// read), while its event callbacks run under its lock, so copies made
-// there are safe.
-type events struct {
-	mu      sync.Mutex
-	members map[string]Member
-}
-
-func (e *events) set(n *memberlist.Node) {
-	m := Member{Name: n.Name, Addr: n.Address()}
-	m.MetaErr = m.Meta.UnmarshalBinary(n.Meta)
-	e.mu.Lock()
-	e.members[n.Name] = m
-	e.mu.Unlock()
-}
-
-func (e *events) NotifyJoin(n *memberlist.Node)   { e.set(n) }
-func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n) }
-func (e *events) NotifyLeave(n *memberlist.Node) {
-	e.mu.Lock()
-	delete(e.members, n.Name)
-	e.mu.Unlock()
-}
-
-// delegate serves this node's metadata to memberlist.
-type delegate struct {
-	mu   sync.Mutex
-	meta []byte
-}
-
-func (d *delegate) NodeMeta(limit int) []byte {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.meta) > limit {
-		return nil // checked against MaxMeta before it is set
-	}
-	return d.meta
-}
-
-func (d *delegate) NotifyMsg([]byte)                           {}
-func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // Start binds the gossip address and starts gossiping, alone until Join.
 func Start(cfg Config) (*Node, error) {
@@ -121,8 +83,19 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	mc := memberlist.DefaultLANConfig()
+	// An alive message that misses a member when many join at once (more
+	// likely the fewer times each broadcast is retransmitted) is repaired
+	// only by the periodic full state exchange; until then the view cannot
+	// admit the joiner. memberlist's 30 s (LAN) and 15 s (local) suit
+	// clusters of thousands; a job has at most MaxView workers, whose full
+	// state is a few tens of kilobytes.
+	mc.PushPullInterval = 10 * time.Second
 	if cfg.Local {
 		mc = memberlist.DefaultLocalConfig()
+		// Loopback has bandwidth to spare: retransmit as often as on a LAN,
+		// and exchange state often.
+		mc.RetransmitMult = 4
+		mc.PushPullInterval = 2 * time.Second
 	}
 	mc.Name = cfg.Name
 	mc.BindAddr, mc.BindPort = host, port
@@ -139,14 +112,18 @@ func Start(cfg Config) (*Node, error) {
 		mc.SuspicionMult = cfg.SuspicionMult
 	}
 	mc.Logger = log.New(&logWriter{log: cfg.Logger.With().Str("component", "membership").Logger()}, "", 0)
-	d := &delegate{meta: meta}
-	ev := &events{members: make(map[string]Member)}
-	mc.Delegate, mc.Events = d, ev
+	forget := cfg.Forget
+	if forget <= 0 {
+		forget = DefaultForget
+	}
+	ev := newEvents(cfg.Name, forget, mc.RetransmitMult)
+	d := &delegate{meta: meta, ev: ev}
+	mc.Delegate, mc.Events, mc.Merge = d, ev, ev
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership: start gossip on %s: %w", cfg.Listen, err)
 	}
-	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev}, nil
+	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev, gossipInterval: mc.GossipInterval}, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -166,7 +143,10 @@ func splitHostPort(addr string) (string, int, error) {
 func (n *Node) Addr() string {
 	n.ev.mu.Lock()
 	defer n.ev.mu.Unlock()
-	return n.ev.members[n.name].Addr
+	if r := n.ev.members[n.name]; r != nil {
+		return r.Addr
+	}
+	return ""
 }
 
 // Join contacts the seeds (host:port) and merges their view of the
@@ -200,18 +180,24 @@ type Member struct {
 	Meta Meta
 	// MetaErr says why Meta could not be read (another version, say).
 	MetaErr error
+	// State is the member's state; Since is when this node saw it begin.
+	State State
+	Since time.Time
 }
 
-// Members returns the live members (memberlist's alive and suspect nodes),
-// this node included.
+// Members returns the live members (Alive or Suspect), this node
+// included, in no particular order.
 func (n *Node) Members() []Member {
-	n.ev.mu.Lock()
-	defer n.ev.mu.Unlock()
-	out := make([]Member, 0, len(n.ev.members))
-	for _, m := range n.ev.members {
-		out = append(out, m)
-	}
-	return out
+	return n.ev.list(func(m *Member) bool { return m.State.Live() })
+}
+
+// All returns every member this node has seen, this node included, sorted
+// by Name: the live ones and the dead and left ones it still remembers
+// (see Config.Forget and MaxGone).
+func (n *Node) All() []Member {
+	ms := n.ev.list(func(*Member) bool { return true })
+	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return ms
 }
 
 // UpdateMeta replaces this node's metadata and gossips it, waiting at most
@@ -230,7 +216,20 @@ func (n *Node) UpdateMeta(m Meta, timeout time.Duration) error {
 // Leave tells the others that this node leaves, waiting at most timeout,
 // then stops gossiping. Close stops without telling.
 func (n *Node) Leave(timeout time.Duration) error {
+	start := time.Now()
+	// memberlist tells the others that a node left, not just died, but does
+	// not pass that on to their event callbacks (hashicorp/memberlist#293),
+	// so this node says so itself, in a notice gossiped beside memberlist's.
+	n.ev.announceLeave()
 	err := n.ml.Leave(timeout)
+	if err == nil {
+		// memberlist's Leave returns when its last copy of the message is
+		// taken for sending, not sent; a Shutdown at once can close the
+		// socket under it, and the peers then take the node for dead. So
+		// give the packets two gossip rounds, as Serf's LeavePropagateDelay
+		// does, within timeout.
+		time.Sleep(min(2*n.gossipInterval, timeout-time.Since(start)))
+	}
 	return errors.Join(err, n.ml.Shutdown())
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +19,53 @@ import (
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks that no goroutine outlives the tests. memberlist's
+// Shutdown does not wait for a probe in flight, which ends by its own
+// timer, up to 8 probe intervals once a node's health score has dropped;
+// so the check waits that long before calling what is left a leak.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		err := goleak.Find()
+		for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			err = goleak.Find()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// testLogger logs info and above to the test's log until the test ends,
+// then drops: memberlist's goroutines may still log just after Shutdown,
+// and a test's log panics once the test has completed.
+func testLogger(t *testing.T) zerolog.Logger {
+	w := &endingWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return zerolog.New(w).Level(zerolog.InfoLevel)
+}
+
+type endingWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *endingWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
 
 func gossipKey(tb testing.TB) []byte {
 	s, err := secret.Generate()
@@ -31,7 +79,7 @@ func gossipKey(tb testing.TB) []byte {
 // to log (or the test log).
 func start(t *testing.T, name string, key []byte, log *transporttest.LogBuffer) *membership.Node {
 	t.Helper()
-	logger := transporttest.Logger(t)
+	logger := testLogger(t)
 	if log != nil {
 		logger = zerolog.New(log)
 	}
@@ -144,5 +192,129 @@ func TestStartRefusesBadConfig(t *testing.T) {
 	}
 	if errors.Is(nil, membership.ErrMeta) {
 		t.Fatal("unreachable")
+	}
+}
+
+// startTimed is start with fast failure detection: a node that stops
+// answering is dead within a couple of seconds.
+func startTimed(t *testing.T, name string, key []byte) *membership.Node {
+	t.Helper()
+	n, err := membership.Start(membership.Config{Name: name, Listen: "127.0.0.1:0", Key: key, Local: true,
+		ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2,
+		Meta:   membership.Meta{DataAddr: "127.0.0.1:9" + name[len(name)-1:], Job: "j", Role: membership.RoleWorker, Rank: -1},
+		Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// cluster starts the named nodes, joins them through the first and waits
+// until all see all.
+func cluster(t *testing.T, key []byte, names ...string) []*membership.Node {
+	t.Helper()
+	var nodes []*membership.Node
+	for _, name := range names {
+		nodes = append(nodes, startTimed(t, name, key))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, n := range nodes[1:] {
+		if err := n.Join(ctx, []string{nodes[0].Addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converged(t, nodes, len(nodes))
+	return nodes
+}
+
+// waitState waits until n's All lists name in state want, and returns
+// that member.
+func waitState(t *testing.T, n *membership.Node, name string, want membership.State) membership.Member {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all := n.All()
+		if !slices.IsSortedFunc(all, func(a, b membership.Member) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Fatalf("All is not sorted by name: %+v", all)
+		}
+		i := slices.IndexFunc(all, func(m membership.Member) bool { return m.Name == name })
+		if i >= 0 && all[i].State == want {
+			return all[i]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became %v; All: %+v", name, want, all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLeaveShowsLeft: a node that leaves is Left in the others' All, with
+// its last metadata, and out of their Members; it never shows as dead.
+func TestLeaveShowsLeft(t *testing.T) {
+	nodes := cluster(t, gossipKey(t), "w0", "w1", "w2")
+	addr := nodes[1].Addr()
+	if err := nodes[1].Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*membership.Node{nodes[0], nodes[2]} {
+		m := waitState(t, n, "w1", membership.Left)
+		if m.Addr != addr || m.Meta.DataAddr != "127.0.0.1:91" || m.Since.IsZero() {
+			t.Errorf("left member: %+v", m)
+		}
+		if got := len(n.All()); got != 3 {
+			t.Errorf("All lists %d members, want 3", got)
+		}
+		if slices.ContainsFunc(n.Members(), func(m membership.Member) bool { return m.Name == "w1" }) {
+			t.Error("Members lists the left node")
+		}
+	}
+	// Past the suspicion timeout it is still left, not dead.
+	time.Sleep(time.Second)
+	for _, n := range []*membership.Node{nodes[0], nodes[2]} {
+		waitState(t, n, "w1", membership.Left)
+	}
+}
+
+// TestCloseShowsDead: a node that stops without leaving is Dead in the
+// others' All once the suspicion timeout passes, and out of Members.
+func TestCloseShowsDead(t *testing.T) {
+	nodes := cluster(t, gossipKey(t), "w0", "w1", "w2")
+	if err := nodes[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[:2] {
+		waitState(t, n, "w2", membership.Dead)
+		waitState(t, n, "w1", membership.Alive)
+	}
+	converged(t, nodes[:2], 2)
+}
+
+// TestJoinerSeesGone: a node that joins after one member left and another
+// died learns both from its seed, as an observer such as gyre members
+// needs.
+func TestJoinerSeesGone(t *testing.T) {
+	key := gossipKey(t)
+	nodes := cluster(t, key, "w0", "w1", "w2")
+	if err := nodes[1].Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, nodes[0], "w1", membership.Left)
+	waitState(t, nodes[0], "w2", membership.Dead)
+	late := startTimed(t, "o3", key)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := late.Join(ctx, []string{nodes[0].Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, late, "w0", membership.Alive)
+	waitState(t, late, "w1", membership.Left)
+	waitState(t, late, "w2", membership.Dead)
+	if got := len(late.Members()); got != 2 {
+		t.Errorf("the joiner lists %d live members, want 2", got)
 	}
 }

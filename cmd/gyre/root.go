@@ -41,6 +41,15 @@ func newRootCmd(e env) *cobra.Command {
 		// Flags are parsed by now; later failures are runtime errors, for
 		// which a usage dump only hides the message.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Under gyre launch the log settings come in the environment.
+			for _, s := range []struct {
+				flag, env string
+				dst       *string
+			}{{"log-level", envLogLevel, &c.logLevel}, {"log-format", envLogFormat, &c.logFormat}} {
+				if v, ok := e.lookup(s.env); ok && v != "" && !cmd.Flags().Changed(s.flag) {
+					*s.dst = v
+				}
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), c.logLevel, c.logFormat)
 			if err != nil {
 				return err
@@ -52,7 +61,7 @@ func newRootCmd(e env) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "auto", "log format: auto (console on a terminal, else JSON), json or console")
-	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c))
+	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c), newMembersCmd(c))
 	return root
 }
 
