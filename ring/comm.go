@@ -169,9 +169,17 @@ func (c Config) withDefaults() Config {
 // receiver, so the next collective starts clean. (If the failure cut a
 // message off mid-stream, which a real transport's flow control can force
 // after a grace period of 250 ms, the next collective fails with that peer's
-// transport error instead, and the recovery path applies.) A rank left
-// behind in an older epoch fails with ErrStaleEpoch on the first message
-// it receives from a newer one.
+// transport error instead, and the recovery path applies.)
+//
+// Epochs. A rank left behind in an older epoch never mixes its data with
+// a newer one's: it fails with a *StaleEpochError (ErrStaleEpoch) on the
+// first message it receives from the newer epoch. A rank that receives a
+// message from an older epoch discards it, since it may be a leftover of
+// an aborted collective, and answers it with a notice naming its own epoch
+// and collective, which fails the sender at once if it is in fact behind.
+// A stale rank then aborts the newer epoch's collective too, so its ranks
+// fail with an *AbortError whose Reason is AbortBehind and whose Culprit is
+// the stale rank, instead of waiting for their deadline.
 //
 // Compression. AllReduceCompressed and ReduceScatterCompressed put float32
 // data on the wire as bf16 (8 significant bits, float32's range) or fp16
@@ -214,6 +222,7 @@ type Comm struct {
 	sendScratch []uint16     // compressed sends
 	recvScratch []uint16     // compressed receives
 	dirty       []bool       // per rank: leftovers of a failed collective may be queued
+	toldStale   []uint64     // per rank: 1 + the seq in which it was told it is stale
 	silent      atomic.Int32 // the member the watchdog found silent
 	op          op
 	ctx         *opCtx
@@ -244,19 +253,20 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	cfg = cfg.withDefaults()
 	n := len(cfg.Members)
 	c := &Comm{
-		t:       t,
-		cfg:     cfg,
-		members: cfg.Members,
-		log:     cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
-		bw:      max(cfg.InitialBandwidth, minBandwidth),
-		dirty:   make([]bool, n),
-		ctx:     newOpCtx(),
-		sendc:   make(chan struct{}),
-		sendFin: make(chan struct{}, 1),
-		watchc:  make(chan watchReq),
-		endc:    make(chan struct{}),
-		closing: make(chan struct{}),
-		quit:    make(chan struct{}),
+		t:         t,
+		cfg:       cfg,
+		members:   cfg.Members,
+		log:       cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
+		bw:        max(cfg.InitialBandwidth, minBandwidth),
+		dirty:     make([]bool, n),
+		toldStale: make([]uint64, n),
+		ctx:       newOpCtx(),
+		sendc:     make(chan struct{}),
+		sendFin:   make(chan struct{}, 1),
+		watchc:    make(chan watchReq),
+		endc:      make(chan struct{}),
+		closing:   make(chan struct{}),
+		quit:      make(chan struct{}),
 	}
 	// A new Comm may share its transport with an older one that failed, so
 	// every peer may have leftovers queued until proven otherwise.

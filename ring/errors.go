@@ -23,7 +23,9 @@ var (
 	// ErrClosed is returned by calls on a closed Comm.
 	ErrClosed = errors.New("ring: communicator closed")
 	// ErrStaleEpoch is matched by every *StaleEpochError, and by an
-	// *AbortError whose origin found one.
+	// *AbortError whose origin found one: this rank is behind. (A newer
+	// rank that a stale one aborts gets Reason AbortBehind, which does not
+	// match it.)
 	ErrStaleEpoch = errors.New("ring: stale epoch")
 	// ErrPeerSilent is the cause in the *transport.PeerError of a member
 	// that Liveness has not heard from for PeerTimeout.
@@ -48,9 +50,19 @@ type StaleEpochError struct {
 	Rank int
 	// Epoch is this rank's epoch, PeerEpoch the peer's.
 	Epoch, PeerEpoch uint64
+	// Relayed means that the peer is behind too and passed on another
+	// stale rank's marker for epoch PeerEpoch.
+	Relayed bool
+	// peerSeq is the newer epoch's collective, which this rank aborts in
+	// turn.
+	peerSeq uint64
 }
 
 func (e *StaleEpochError) Error() string {
+	if e.Relayed {
+		return fmt.Sprintf("ring: stale epoch: this rank is in epoch %d, and epoch %d has begun (reported by rank %d, %s, which is behind too)",
+			e.Epoch, e.PeerEpoch, e.Rank, e.Peer)
+	}
 	return fmt.Sprintf("ring: stale epoch: rank %d (%s) is in epoch %d, this rank in epoch %d",
 		e.Rank, e.Peer, e.PeerEpoch, e.Epoch)
 }
@@ -94,6 +106,7 @@ const (
 	AbortTimeout                       // the deadline passed (ErrTimeout)
 	AbortCanceled                      // the caller's context ended
 	AbortStaleEpoch                    // a member is in a newer epoch (ErrStaleEpoch)
+	AbortBehind                        // the culprit is in an older epoch: it is the stale one
 	abortReasonEnd
 )
 
@@ -109,6 +122,8 @@ func (r AbortReason) String() string {
 		return "canceled"
 	case AbortStaleEpoch:
 		return "stale epoch"
+	case AbortBehind:
+		return "an older epoch"
 	}
 	return "other"
 }
@@ -135,6 +150,10 @@ type AbortError struct {
 }
 
 func (e *AbortError) Error() string {
+	if e.Reason == AbortBehind {
+		return fmt.Sprintf("ring: collective aborted (marker from %s): rank %d (%s) is in an older epoch than this rank",
+			e.From, e.CulpritRank, e.Culprit)
+	}
 	return fmt.Sprintf("ring: collective aborted (marker from %s): rank %d (%s) failed with %s involving rank %d (%s)",
 		e.From, e.OriginRank, e.Origin, e.Reason, e.CulpritRank, e.Culprit)
 }

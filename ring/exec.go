@@ -281,11 +281,27 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 			return fmt.Errorf("ring: %v seq %d: recv from %s (rank %d): %w",
 				o.plan.Algo, o.hdr.Seq, peer, x.Peer, err)
 		}
-		if h.Epoch < o.hdr.Epoch || h.Epoch == o.hdr.Epoch && h.Seq < o.hdr.Seq {
+		if h.Kind == wire.KindControl && (h.Flags == flagStaleNotice || h.Flags == uint8(AbortBehind)) {
+			if h.Epoch > o.hdr.Epoch {
+				// A notice, or a marker for the newer epoch (from a newer
+				// rank, or from a stale one, which names no rank): this
+				// rank is behind too.
+				return &StaleEpochError{Peer: peer, Rank: x.Peer, Epoch: o.hdr.Epoch, PeerEpoch: h.Epoch, peerSeq: h.Seq,
+					Relayed: h.Flags == uint8(AbortBehind) && h.Step == fromSender}
+			}
+			if h.Flags == flagStaleNotice {
+				continue // an answer to a leftover this rank sent
+			}
+		}
+		if h.Epoch < o.hdr.Epoch {
+			o.tellStale(x.Peer)
+			continue
+		}
+		if h.Epoch == o.hdr.Epoch && h.Seq < o.hdr.Seq {
 			continue // a leftover of an aborted collective
 		}
 		if h.Epoch > o.hdr.Epoch {
-			return &StaleEpochError{Peer: peer, Rank: x.Peer, Epoch: o.hdr.Epoch, PeerEpoch: h.Epoch}
+			return &StaleEpochError{Peer: peer, Rank: x.Peer, Epoch: o.hdr.Epoch, PeerEpoch: h.Epoch, peerSeq: h.Seq}
 		}
 		// Every earlier message from the peer is now consumed.
 		c.dirty[x.Peer] = false
@@ -293,6 +309,36 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 			return o.abortError(x.Peer, h)
 		}
 		return o.check(x, h, n, err, len(buf))
+	}
+}
+
+// flagStaleNotice marks the control message that answers a message from
+// an older epoch. Abort markers carry an AbortReason in Flags, all below it.
+const flagStaleNotice = 0x40
+
+// fromSender, as an abort marker's origin and culprit rank, names the
+// rank that sent the marker: a rank in an older epoch does not know its
+// rank in the newer view.
+const fromSender = ^uint32(0)
+
+// tellStale answers a message from an older epoch, once per peer and
+// collective: it may be a leftover of an aborted collective, which the
+// peer, if it has moved on too, discards; or the peer was left behind,
+// and the notice fails its collective with ErrStaleEpoch at once rather
+// than at its deadline. The notice carries this collective's epoch and
+// sequence number, so that the stale rank can abort it here in turn
+// (see Comm.fail).
+func (o *op) tellStale(peer int) {
+	c := o.c
+	if c.toldStale[peer] == o.hdr.Seq+1 {
+		return
+	}
+	c.toldStale[peer] = o.hdr.Seq + 1
+	h := wire.Header{Kind: wire.KindControl, Epoch: o.hdr.Epoch, Seq: o.hdr.Seq, Flags: flagStaleNotice}
+	ctx, cancel := context.WithTimeout(c.ctx, abortSendTimeout)
+	defer cancel()
+	if err := c.t.Send(ctx, c.members[peer], c.cfg.Channel, h, nil); err != nil {
+		c.log.Debug().Err(err).Int("peer_rank", peer).Msg("stale-epoch notice not sent")
 	}
 }
 
@@ -342,8 +388,15 @@ func (o *op) abortError(from int, h wire.Header) error {
 	if reason >= abortReasonEnd {
 		reason = AbortOther
 	}
-	return &AbortError{From: c.members[from], Origin: name(h.Step), OriginRank: int(h.Step),
-		Culprit: name(h.Chunk), CulpritRank: int(h.Chunk), Reason: reason}
+	origin, culprit := h.Step, h.Chunk
+	if origin == fromSender {
+		origin = uint32(from)
+	}
+	if culprit == fromSender {
+		culprit = uint32(from)
+	}
+	return &AbortError{From: c.members[from], Origin: name(origin), OriginRank: int(origin),
+		Culprit: name(culprit), CulpritRank: int(culprit), Reason: reason}
 }
 
 // sender is the send walker's goroutine.
@@ -631,13 +684,30 @@ func (c *Comm) fail(o *op, err error) {
 	// Concurrently: a peer whose connection is stuck (its process stopped,
 	// its buffers full) must not hold back the markers to the others.
 	var wg sync.WaitGroup
+	// A rank found stale also aborts the newer epoch's collective, whose
+	// ranks discard markers from its own epoch: a stale-epoch notice or a
+	// newer message named that collective. Its ranks run in step, so every
+	// member gets the marker, not only the one that named it.
+	var behind *wire.Header
+	if se := (*StaleEpochError)(nil); ae == nil && errors.As(err, &se) {
+		behind = &wire.Header{Kind: wire.KindControl, Epoch: se.PeerEpoch, Seq: se.peerSeq, Flags: uint8(AbortBehind),
+			Step: fromSender, Chunk: fromSender}
+	}
 	for r := range c.members {
 		if skipped[r] {
 			continue
 		}
 		wg.Go(func() {
-			if serr := c.t.Send(ctx, c.members[r], c.cfg.Channel, h, nil); serr != nil {
-				c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
+			// The newer epoch's marker first: a stale peer that reads it
+			// learns that epoch and passes the marker on in turn.
+			for _, m := range []*wire.Header{behind, &h} {
+				if m == nil {
+					continue
+				}
+				if serr := c.t.Send(ctx, c.members[r], c.cfg.Channel, *m, nil); serr != nil {
+					c.log.Debug().Err(serr).Str("peer", string(c.members[r])).Msg("abort marker not sent")
+					return
+				}
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -451,50 +452,72 @@ func TestMismatchAlgo(t *testing.T) {
 	}
 }
 
-// TestStaleEpoch checks that a rank left in an older epoch does not mix
-// with the newer ones: the first message it receives from a newer epoch
-// fails it with a StaleEpochError naming the peer and both epochs, and
-// messages from the older epoch are discarded by the newer rank.
+// TestStaleEpoch checks that ranks left in an older epoch never mix with
+// the newer ones, and that nobody waits for a deadline: a stale rank fails
+// with a StaleEpochError naming a newer peer and both epochs, on the first
+// newer message or on the notice a newer rank sends back when it receives
+// an older one; the stale rank then aborts the newer ranks' collective, so
+// they fail with an AbortError naming a stale rank (AbortBehind). Over mem
+// and quic, in the ring and in recursive doubling (where a newer rank may
+// wait for a stale one before sending it anything), with one or two stale
+// ranks of three.
 func TestStaleEpoch(t *testing.T) {
-	cl := newCluster(t, 3, nil)
-	for _, c := range cl.comms {
-		c.Close()
-	}
-	comms := cl.newComms(t, cl.ids, func(c *Config) {
-		// The ring, in which every rank sends before it waits. (In recursive
-		// doubling the newer rank may wait first, and the older ones then
-		// hear nothing from it: explicit replies to older epochs are the
-		// membership layer's.)
-		c.SmallBytes = -1
-		c.CollectiveTimeout = 500 * time.Millisecond
-		if c.Rank == 1 {
-			c.Epoch = 2
-		}
-	})
-	start := time.Now()
-	errs := each(comms, func(r int, c *Comm) error {
-		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 100))
-	})
-	for _, r := range []int{0, 2} {
-		var se *StaleEpochError
-		var ae *AbortError
-		switch {
-		case errors.As(errs[r], &se):
-			if se.Peer != cl.ids[1] || se.Rank != 1 || se.Epoch != 1 || se.PeerEpoch != 2 {
-				t.Errorf("rank %d: %+v, want rank 1 in epoch 2 against this rank's 1", r, se)
+	const timeout = 30 * time.Second // far beyond "promptly"
+	for _, kind := range []string{"mem", "quic"} {
+		for _, algo := range []string{"ring", "doubling"} {
+			for _, stale := range [][]int{{2}, {0, 2}} {
+				t.Run(fmt.Sprintf("%s/%s/stale=%v", kind, algo, stale), func(t *testing.T) {
+					adjust := func(c *Config) {
+						if algo == "ring" {
+							c.SmallBytes = -1
+						}
+						c.CollectiveTimeout = timeout
+						c.Epoch = 2
+						if slices.Contains(stale, c.Rank) {
+							c.Epoch = 1
+						}
+					}
+					var comms []*Comm
+					if kind == "mem" {
+						cl := newCluster(t, 3, nil)
+						for _, c := range cl.comms {
+							c.Close()
+						}
+						comms = cl.newComms(t, cl.ids, adjust)
+					} else {
+						comms = realComms(t, kind, 3, adjust)
+					}
+					start := time.Now()
+					errs := each(comms, func(r int, c *Comm) error {
+						return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 100))
+					})
+					if d := time.Since(start); d > timeout/3 {
+						t.Errorf("the ranks took %v to fail", d)
+					}
+					for r, err := range errs {
+						var se *StaleEpochError
+						var ae *AbortError
+						switch {
+						case slices.Contains(stale, r):
+							if !errors.As(err, &se) {
+								t.Errorf("stale rank %d: got %v, want a StaleEpochError", r, err)
+							} else if slices.Contains(stale, se.Rank) != se.Relayed || se.Epoch != 1 || se.PeerEpoch != 2 {
+								t.Errorf("stale rank %d: %v, want a newer rank in epoch 2, or a stale one relaying", r, err)
+							}
+						case errors.As(err, &ae) && ae.Reason == AbortBehind:
+							if !slices.Contains(stale, ae.CulpritRank) || ae.Culprit != comms[ae.CulpritRank].members[ae.CulpritRank] {
+								t.Errorf("newer rank %d: %v, want a stale rank as the culprit", r, err)
+							}
+							if errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrTimeout) {
+								t.Errorf("newer rank %d: %v matches ErrStaleEpoch or ErrTimeout", r, err)
+							}
+						default:
+							t.Errorf("newer rank %d: got %v, want an AbortError for a rank behind", r, err)
+						}
+					}
+				})
 			}
-		case errors.As(errs[r], &ae) && errors.Is(errs[r], ErrStaleEpoch):
-		default:
-			t.Errorf("rank %d: got %v, want ErrStaleEpoch", r, errs[r])
 		}
-	}
-	// The newer rank discards the older epoch's messages, so to it the
-	// others look late, and it gives up at its collective timeout.
-	if !errors.Is(errs[1], ErrTimeout) {
-		t.Errorf("rank 1 (the newer epoch): got %v, want ErrTimeout", errs[1])
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %v", d)
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 )
 
 // realComms starts n ranks over real transports of kind ("tcp" or "quic")
-// on 127.0.0.1, connected to each other, and returns their Comms.
-func realComms(t *testing.T, kind string, n int) []*Comm {
+// on 127.0.0.1, connected to each other, and returns their Comms, whose
+// Config adjust may change (if not nil).
+func realComms(t *testing.T, kind string, n int, adjust func(*Config)) []*Comm {
 	t.Helper()
 	ca := transporttest.NewCA(t)
 	nodes := make([]transporttest.Node, n)
@@ -42,7 +43,11 @@ func realComms(t *testing.T, kind string, n int) []*Comm {
 	transporttest.ConnectAll(t, ctx, nodes)
 	comms := make([]*Comm, n)
 	for r := range comms {
-		c, err := NewComm(nodes[r].T, testConfig(t, ids, r))
+		cfg := testConfig(t, ids, r)
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		c, err := NewComm(nodes[r].T, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +61,7 @@ func TestRealTransports(t *testing.T) {
 	for _, kind := range []string{"tcp", "quic"} {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/n=%d", kind, n), func(t *testing.T) {
-				comms := realComms(t, kind, n)
+				comms := realComms(t, kind, n, nil)
 				rng := rand.New(rand.NewPCG(uint64(n), 10))
 				testAllReduce[float32](t, comms, rng, wire.OpSum, 1<<20/4)
 				testAllReduce[float32](t, comms, rng, wire.OpAvg, 1000)
