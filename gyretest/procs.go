@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gyre-ml/gyre"
-	"github.com/gyre-ml/gyre/internal/launch"
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
@@ -67,7 +66,7 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// ProcOptions describe a job of real processes with a static view.
+// ProcOptions describe a job of real processes.
 type ProcOptions struct {
 	// N is the number of processes.
 	N int
@@ -82,14 +81,24 @@ type ProcOptions struct {
 	// Env, if set, returns further KEY=VALUE entries for rank, applied
 	// after the harness's own (later entries win).
 	Env func(rank int) []string
+	// Gossip gives the processes gossip membership, as `gyre launch`
+	// does, instead of the static view: process 0 starts the job, the
+	// others join through its gossip address, iteration 0 waits for all
+	// N, and data ports ascend with the index, so index r is rank r.
+	Gossip bool
 }
 
 // Procs is a running job of real processes.
 type Procs struct {
-	// Peers are the ranks' data-plane addresses, in rank order.
+	// Peers are the processes' data-plane addresses, by index (the rank
+	// in the static view).
 	Peers []string
-	procs []*proc
-	start time.Time
+	// GossipAddrs are their gossip addresses with ProcOptions.Gossip.
+	GossipAddrs []string
+	procs       []*proc
+	start       time.Time
+	o           ProcOptions
+	base        []string
 }
 
 type proc struct {
@@ -111,17 +120,15 @@ type Result struct {
 }
 
 // StartProcs starts o.N processes, each with the environment `gyre launch`
-// gives its children: GYRE_PEERS, GYRE_RANK, GYRE_WORLD_SIZE,
-// GYRE_LOCAL_RANK, GYRE_DATA_ADDR, GYRE_TRANSPORT and GYRE_KEY, on free
-// loopback ports; the parent's GYRE_* variables are not passed on. When
-// the test ends, processes still running are killed, and if the test
-// failed every rank's output is logged.
+// gives its children, on free loopback ports: GYRE_LOCAL_RANK,
+// GYRE_DATA_ADDR, GYRE_TRANSPORT and GYRE_KEY, plus GYRE_PEERS, GYRE_RANK
+// and GYRE_WORLD_SIZE in the static view (`launch --static`), or with
+// o.Gossip GYRE_LISTEN, GYRE_SEED (but for process 0), GYRE_MIN_WORKERS
+// and GYRE_GOSSIP_TIMING=local. The parent's GYRE_* variables are not
+// passed on. When the test ends, processes still running are killed, and
+// if the test failed every process's output is logged.
 func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 	tb.Helper()
-	peers, err := launch.FreePorts(o.N)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if o.Transport == "" {
 		o.Transport = gyre.TransportQUIC
 	}
@@ -129,42 +136,108 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 		key := Key(tb)
 		o.Key = func(int) string { return key }
 	}
-	var base []string
+	p := &Procs{start: time.Now(), o: o}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GYRE_") {
-			base = append(base, kv)
+			p.base = append(p.base, kv)
 		}
 	}
-	p := &Procs{Peers: peers, start: time.Now()}
+	p.Peers = sortedPorts(tb, o.N)
+	if o.Gossip {
+		p.GossipAddrs = freePorts(tb, o.N)
+	}
 	tb.Cleanup(func() { p.cleanup(tb) })
 	for r := range o.N {
-		argv := o.Argv(r)
-		env := append(slices.Clone(base),
-			gyre.EnvPeers+"="+strings.Join(peers, ","),
-			gyre.EnvRank+"="+strconv.Itoa(r),
-			gyre.EnvWorldSize+"="+strconv.Itoa(o.N),
-			gyre.EnvLocalRank+"="+strconv.Itoa(r),
-			gyre.EnvDataAddr+"="+peers[r],
-			gyre.EnvTransport+"="+o.Transport,
-			gyre.EnvKey+"="+o.Key(r))
-		if o.Env != nil {
-			env = append(env, o.Env(r)...)
+		var env []string
+		if o.Gossip {
+			env = p.gossipEnv(r, p.GossipAddrs[:1])
+			env = append(env, gyre.EnvMinWorkers+"="+strconv.Itoa(o.N))
+		} else {
+			env = []string{
+				gyre.EnvPeers + "=" + strings.Join(p.Peers, ","),
+				gyre.EnvRank + "=" + strconv.Itoa(r),
+				gyre.EnvWorldSize + "=" + strconv.Itoa(o.N),
+				gyre.EnvDataAddr + "=" + p.Peers[r],
+			}
 		}
-		pr := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
-		pr.cmd.Env = env
-		pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.err
-		if err := pr.cmd.Start(); err != nil {
-			tb.Fatalf("gyretest: start rank %d: %v", r, err)
-		}
-		go func() {
-			pr.waitErr = pr.cmd.Wait()
-			pr.ended = time.Now()
-			close(pr.done)
-		}()
-		p.procs = append(p.procs, pr)
+		p.startProc(tb, r, env)
 	}
 	return p
 }
+
+// sortedPorts returns n free loopback addresses in ascending port order.
+func sortedPorts(tb testing.TB, n int) []string {
+	addrs := freePorts(tb, n)
+	slices.SortFunc(addrs, func(a, b string) int {
+		_, pa, _ := strings.Cut(a, ":")
+		_, pb, _ := strings.Cut(b, ":")
+		x, _ := strconv.Atoi(pa)
+		y, _ := strconv.Atoi(pb)
+		return x - y
+	})
+	return addrs
+}
+
+// gossipEnv is process r's gossip settings: index 0 starts the job, the
+// others join through seeds.
+func (p *Procs) gossipEnv(r int, seeds []string) []string {
+	env := []string{
+		gyre.EnvListen + "=" + p.GossipAddrs[r],
+		gyre.EnvDataAddr + "=" + p.Peers[r],
+		gyre.EnvGossipTiming + "=" + gyre.GossipLocal,
+	}
+	if r > 0 {
+		env = append(env, gyre.EnvSeed+"="+strings.Join(seeds, ","))
+	}
+	return env
+}
+
+// Add starts one more process of a gossiping job, joining through seeds
+// (default: process 0's gossip address), and returns its index. Its
+// program and environment come from ProcOptions' Argv and Env, called with
+// that index.
+func (p *Procs) Add(tb testing.TB, seeds ...string) int {
+	tb.Helper()
+	if !p.o.Gossip {
+		tb.Fatal("gyretest: Procs.Add needs ProcOptions.Gossip")
+	}
+	if len(seeds) == 0 {
+		seeds = p.GossipAddrs[:1]
+	}
+	r := len(p.procs)
+	p.Peers = append(p.Peers, freePorts(tb, 1)[0])
+	p.GossipAddrs = append(p.GossipAddrs, freePorts(tb, 1)[0])
+	p.startProc(tb, r, p.gossipEnv(r, seeds))
+	return r
+}
+
+// startProc starts process r with the harness's environment plus env.
+func (p *Procs) startProc(tb testing.TB, r int, env []string) {
+	tb.Helper()
+	argv := p.o.Argv(r)
+	env = append(slices.Clone(p.base), append(env,
+		gyre.EnvLocalRank+"="+strconv.Itoa(r),
+		gyre.EnvTransport+"="+p.o.Transport,
+		gyre.EnvKey+"="+p.o.Key(r))...)
+	if p.o.Env != nil {
+		env = append(env, p.o.Env(r)...)
+	}
+	pr := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	pr.cmd.Env = env
+	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.err
+	if err := pr.cmd.Start(); err != nil {
+		tb.Fatalf("gyretest: start process %d: %v", r, err)
+	}
+	go func() {
+		pr.waitErr = pr.cmd.Wait()
+		pr.ended = time.Now()
+		close(pr.done)
+	}()
+	p.procs = append(p.procs, pr)
+}
+
+// Stdout returns what process r has printed so far.
+func (p *Procs) Stdout(r int) string { return p.procs[r].out.String() }
 
 func (p *Procs) signal(tb testing.TB, rank int, sig syscall.Signal) {
 	tb.Helper()
@@ -172,6 +245,9 @@ func (p *Procs) signal(tb testing.TB, rank int, sig syscall.Signal) {
 		tb.Fatalf("gyretest: %v to rank %d: %v", sig, rank, err)
 	}
 }
+
+// Term sends SIGTERM to rank: a graceful leave for gyre train.
+func (p *Procs) Term(tb testing.TB, rank int) { p.signal(tb, rank, syscall.SIGTERM) }
 
 // Kill sends SIGKILL to rank: a crash, with no last words.
 func (p *Procs) Kill(tb testing.TB, rank int) { p.signal(tb, rank, syscall.SIGKILL) }
