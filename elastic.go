@@ -39,6 +39,7 @@ const admitPoll = 100 * time.Millisecond
 
 // joinGossip is Join with gossip membership.
 func (w *Worker) joinGossip(ctx context.Context) error {
+	start := time.Now()
 	cfg := w.cfg
 	sec, err := cfg.Secret()
 	if err != nil {
@@ -74,7 +75,7 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := w.enterView(ctx, wel); err != nil {
+		if err := w.enterView(ctx, wel, start); err != nil {
 			return err
 		}
 		prestart = wel.Prestart
@@ -519,8 +520,8 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 }
 
 // enterView makes this joiner a member of the view its welcome describes,
-// and takes the state from the root.
-func (w *Worker) enterView(ctx context.Context, wel welcome) error {
+// and takes the state from the root. start is when Join began.
+func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) error {
 	self := w.self()
 	rank := slices.IndexFunc(wel.Members, func(m member) bool { return m.ID == self.ID })
 	switch {
@@ -544,7 +545,8 @@ func (w *Worker) enterView(ctx context.Context, wel welcome) error {
 		return err
 	}
 	w.meta.publish(w.nodeMeta(wel.Epoch, rank))
-	w.log.Info().Uint64("epoch", wel.Epoch).Int("rank", rank).Int("world", len(wel.Members)).Int64("iter", w.iter).Msg("admitted")
+	w.log.Info().Uint64("epoch", wel.Epoch).Int("rank", rank).Int("world", len(wel.Members)).Int64("iter", w.iter).
+		Dur("since_join", time.Since(start)).Msg("admitted")
 	return nil
 }
 

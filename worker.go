@@ -615,6 +615,9 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		if err := w.changeView(ctx, d, false); err != nil {
 			return Change{}, err
 		}
+		// The first boundary of a view checks the state, on every member:
+		// a joiner, whose Join sets the same, has just received it.
+		w.nextCheck = w.iter
 	}
 	if w.left {
 		ch.Left = true
