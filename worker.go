@@ -679,6 +679,21 @@ func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, e
 	return rows, nil
 }
 
+// Comm returns the current view's communicator, for unweighted
+// collectives outside the gradient path: benchmarks (gyre bench
+// allreduce), metrics, reports. Unlike AllReduceAsync, which weighs each
+// worker's gradient by its share, ring.AllReduce on it counts every
+// worker alike. Like Boundary it needs no gradients pending, and every
+// worker must run the same collectives on it in the same order. A
+// Boundary that changes the view (Change.ViewChanged) closes it: take it
+// afresh after each boundary.
+func (w *Worker) Comm() (*ring.Comm, error) {
+	if err := w.idle(); err != nil {
+		return nil, err
+	}
+	return w.cur.data, nil
+}
+
 // decisionDigest hashes the view and shares this worker runs with, as the
 // previous boundary decided them.
 func (w *Worker) decisionDigest() uint64 {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,9 +17,6 @@ import (
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/bench"
 	"github.com/gyre-ml/gyre/internal/wire"
-	"github.com/gyre-ml/gyre/liveness"
-	"github.com/gyre-ml/gyre/ring"
-	"github.com/gyre-ml/gyre/transport"
 )
 
 // allReduceFlags are the sweep settings every worker of the benchmark gets.
@@ -60,7 +56,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, inJob := c.env.lookup(gyre.EnvPeers); inJob {
+			if c.inJob() {
 				return c.allReduceWorker(cmd, fl, o)
 			}
 			return c.allReduceLaunch(cmd, job, fl)
@@ -148,8 +144,6 @@ func (c *cli) launchBench(cmd *cobra.Command, job launchJob, rep any, sub string
 	defer os.RemoveAll(dir)
 	reportPath := filepath.Join(dir, "report.json")
 	argv := append([]string{exe, "--log-level", c.logLevel, "--log-format", c.logFormat, "bench", sub}, args...)
-	// The benchmark workers build their communicator from the static view.
-	job.static = true
 	if err := c.launchJob(cmd, job, append(argv, "--report", reportPath)); err != nil {
 		return err
 	}
@@ -183,7 +177,15 @@ func printReport(cmd *cobra.Command, rep benchReport, jsonFile string) error {
 	return nil
 }
 
-// allReduceWorker is one rank of the benchmark, configured by GYRE_*.
+// inJob reports whether the environment makes this process a worker of a
+// job (static peers or gossip) rather than the launcher of one.
+func (c *cli) inJob() bool {
+	cfg, err := gyre.ConfigFromEnv(c.env.lookup)
+	return err == nil && (len(cfg.Peers) > 0 || cfg.Gossip())
+}
+
+// allReduceWorker is one rank of the benchmark, configured by GYRE_*: a
+// worker of the job's live view, static or gossip.
 func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.AllReduceOptions) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
 	defer cancel()
@@ -192,49 +194,25 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 		return err
 	}
 	cfg.Logger = c.log
-	cfg = cfg.WithDefaults()
-	t, err := gyre.NewTransport(cfg)
+	w, err := gyre.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
-	members := make([]transport.PeerID, len(cfg.Peers))
-	for i, p := range cfg.Peers {
-		members[i] = transport.PeerID(p) // a worker's name is its advertised address
-	}
-	if err := gyre.ConnectAll(ctx, t, members, cfg.Rank); err != nil {
-		return err
-	}
-	live, err := liveness.New(liveness.Config{Transport: t, Interval: cfg.PeerTimeout / 4, Logger: c.log})
+	defer w.Close()
+	comm, err := w.Comm()
 	if err != nil {
 		return err
 	}
-	defer live.Close()
-	live.Watch(slices.Delete(slices.Clone(members), cfg.Rank, cfg.Rank+1))
-	// Transports hand messages to the network without confirming delivery:
-	// after success a peer may still wait for this rank's last barrier
-	// message, and after a failure the abort markers that tell every peer
-	// why must land. So every rank says farewell and waits for the others'
-	// before closing, either way.
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), cfg.PeerTimeout+time.Second)
-		defer cancel()
-		live.Farewell(fctx, cfg.PeerTimeout)
-	}()
-	comm, err := ring.NewComm(t, ring.Config{Epoch: 1, Members: members, Rank: cfg.Rank, Logger: c.log,
-		CollectiveTimeout: cfg.CollectiveTimeout, PeerTimeout: cfg.PeerTimeout, Liveness: live})
-	if err != nil {
-		return err
-	}
-	defer comm.Close()
 	rep, err := bench.RunAllReduce(ctx, comm, o)
 	if err != nil {
 		return err
 	}
-	if err := comm.Barrier(ctx); err != nil {
+	// Leave ends the job together: no rank closes while a peer may still
+	// wait for its last message.
+	if err := w.Leave(ctx); err != nil {
 		return err
 	}
-	if cfg.Rank != 0 {
+	if w.Rank() != 0 {
 		return nil
 	}
 	rep.Command = "gyre " + strings.Join(commandArgs(cmd), " ")

@@ -58,8 +58,9 @@ func newBenchOverlapCmd(c *cli) *cobra.Command {
 			"comm/backward, overlap/(forward+max(backward,comm)) against 1.15 and\n" +
 			"no-overlap/overlap against 1.25. Iterations are separated by the\n" +
 			"boundary, which is not timed.\n" +
-			"With GYRE_PEERS set (under `gyre launch`, or one worker per host as\n" +
-			"bench/overlap-cluster.sh starts them) it is one worker of the job.",
+			"Inside a job (GYRE_PEERS, GYRE_SEED or GYRE_LISTEN set: under `gyre\n" +
+			"launch`, or one worker per host as bench/overlap-cluster.sh starts them)\n" +
+			"it is one worker of the job.",
 		Example: "  gyre bench overlap\n" +
 			"  gyre bench overlap -n 2 --hidden 512,512,512 --batch 256 --iters 5 --json overlap.json",
 		Args: cobra.NoArgs,
@@ -68,7 +69,7 @@ func newBenchOverlapCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, inJob := c.env.lookup(gyre.EnvPeers); inJob {
+			if c.inJob() {
 				return c.overlapWorker(cmd, fl, o)
 			}
 			return c.overlapLaunch(cmd, job, fl)

@@ -100,7 +100,9 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	}
 	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, KeyFile: j.keyFile}
 	var ephemeral *secret.Secret
-	if j.keyFile == "" && !j.insecure {
+	// Gossip is always encrypted, so a gossip job has a secret even when
+	// its data plane is --insecure.
+	if j.keyFile == "" && (!j.insecure || !j.static) {
 		key, err := secret.Generate()
 		if err != nil {
 			return err
@@ -132,9 +134,6 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, static peers %s, key file %s\n",
 			j.n, base.Transport, insecure, strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
 	} else {
-		if keyPath == "" {
-			return errors.New("--insecure needs --static or --key-file: gossip is always encrypted with the cluster secret")
-		}
 		env = rankEnv(c.env.environ(), base, keyPath, logs, gossipEnv(peers, gossip))
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, seed %s, key file %s\n",
 			j.n, base.Transport, insecure, gossip[0], keyDesc(keyPath, j.keyFile))

@@ -103,9 +103,11 @@ func TestLaunchKeyFileAndInsecure(t *testing.T) {
 	if _, err := os.Stat(keyPath); err != nil {
 		t.Fatalf("the user's key file was removed: %v", err)
 	}
-	if _, _, err := launchLines(t, nil, "-n", "1", "--transport", "tcp", "--insecure", "--", "true"); err == nil ||
-		!strings.Contains(err.Error(), "gossip is always encrypted") {
-		t.Fatalf("insecure gossip launch: %v", err)
+	// Gossip is encrypted even when the data plane is not.
+	lines, stderr, err = launchLines(t, nil, "-n", "1", "--transport", "tcp", "--insecure", "--",
+		"sh", "-c", `echo "$GYRE_INSECURE $(cat "$GYRE_KEY_FILE" | wc -c)"`)
+	if err != nil || len(lines) != 1 || lines[0] != "[0] true 65" {
+		t.Fatalf("insecure gossip worker saw %q (%v)\n%s", lines, err, stderr)
 	}
 	lines, stderr, err = launchLines(t, nil, "-n", "1", "--static", "--transport", "tcp", "--insecure", "--",
 		"sh", "-c", `echo "$GYRE_INSECURE key=$GYRE_KEY_FILE"`)
