@@ -250,6 +250,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 			break
 		}
 	}
+	if bytes.Contains(line, []byte("use of closed network connection")) {
+		// A probe or gossip in flight as this node shut down: not news.
+		level = zerolog.DebugLevel
+	}
 	w.log.WithLevel(level).Msg(string(bytes.TrimPrefix(line, []byte("memberlist: "))))
 	return len(p), nil
 }

@@ -111,6 +111,7 @@ func New(cfg Config) (*Transport, error) {
 		Dial:    t.dial,
 		Logger:  log,
 		OnDrop:  t.onDrop,
+		Orderly: orderly,
 	})
 	if err != nil {
 		t.cancel()
@@ -122,6 +123,17 @@ func New(cfg Config) (*Transport, error) {
 	t.wg.Go(t.acceptLoop)
 	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Msg("listening")
 	return t, nil
+}
+
+// orderly reports whether err is a peer's orderly close of a connection
+// or stream (codeClosed, codeStreamClosed).
+func orderly(err error) bool {
+	var ae *quicgo.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Remote && ae.ErrorCode == codeClosed
+	}
+	var se *quicgo.StreamError
+	return errors.As(err, &se) && se.Remote && se.ErrorCode == codeStreamClosed
 }
 
 // Addr returns the bound UDP address, which peers pass to Connect.

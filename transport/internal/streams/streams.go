@@ -81,6 +81,11 @@ type Config struct {
 	// uses it to close what the core does not own, such as the connections
 	// the peer dialed.
 	OnDrop func(peer transport.PeerID, reason error)
+	// Orderly, if set, reports whether a link error is the peer's orderly
+	// close (its process ended or it dropped this one), which is logged
+	// at debug level rather than as a warning: at the end of every job
+	// each worker sees all the others close.
+	Orderly func(error) bool
 }
 
 // Transport implements transport.Transport and transport.Dropper over the
@@ -277,7 +282,11 @@ func (t *Transport) drop(id transport.PeerID, reason error, forget bool) {
 	for _, c := range closers {
 		c.Close()
 	}
-	t.log.Warn().Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
+	ev := t.log.Warn()
+	if errors.Is(reason, errDropped) || errors.Is(reason, errForgotten) || t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
+		ev = t.log.Debug() // the caller asked, or the peer closed in order
+	}
+	ev.Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
 	if t.cfg.OnDrop != nil {
 		t.cfg.OnDrop(id, reason)
 	}
