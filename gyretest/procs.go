@@ -239,6 +239,9 @@ func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 // Stdout returns what process r has printed so far.
 func (p *Procs) Stdout(r int) string { return p.procs[r].out.String() }
 
+// Stderr returns what process r has logged so far.
+func (p *Procs) Stderr(r int) string { return p.procs[r].err.String() }
+
 func (p *Procs) signal(tb testing.TB, rank int, sig syscall.Signal) {
 	tb.Helper()
 	if err := p.procs[rank].cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -25,6 +28,7 @@ type trainFlags struct {
 	modelSeed uint64
 	dataSeed  uint64
 	timeout   time.Duration
+	lossFile  string
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
@@ -68,6 +72,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
+	f.StringVar(&fl.lossFile, "loss-file", "", "write each iteration's global mean loss to this file, one \"ITER LOSS\" line each, at full precision")
 	cfg.GlobalBatch = mlp.DefaultBatch
 	cfg.BindPFlags(f)
 	return cmd
@@ -128,6 +133,20 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
+	var onIter func(int64, float64)
+	if fl.lossFile != "" {
+		f, err := os.Create(fl.lossFile)
+		if err != nil {
+			return fmt.Errorf("--loss-file: %w", err)
+		}
+		losses := bufio.NewWriter(f)
+		defer func() {
+			if err := errors.Join(losses.Flush(), f.Close()); err != nil {
+				c.log.Error().Err(err).Str("file", fl.lossFile).Msg("losses not all written")
+			}
+		}()
+		onIter = func(iter int64, loss float64) { fmt.Fprintf(losses, "%d %.17g\n", iter, loss) }
+	}
 	state := job.State()
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
 	if err != nil {
@@ -142,7 +161,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
 	}
 	res, err := train.Run(ctx, w, job, train.Options{
-		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap,
+		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap, OnIteration: onIter,
 		Progress: func(p train.Progress) {
 			if w.Rank() == 0 {
 				fmt.Fprintf(out, "%8d %10.4f %8.2f%% %12.0f  %s\n", p.Iter, p.Loss, 100*p.Acc, p.SamplesPerSec, shareList(p.Shares))
