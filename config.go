@@ -106,9 +106,8 @@ type Config struct {
 
 	// Peers is the static view: every worker's advertised data address, in
 	// rank order, as `gyre launch` (or an MPI-style launcher) passes it in
-	// GYRE_PEERS. Empty means this worker alone. Gossip membership will
-	// make the view dynamic; Peers stays as the fallback for users who set
-	// it themselves.
+	// GYRE_PEERS (`gyre launch --static`). Empty means this worker alone,
+	// or gossip membership with Seeds or Listen, whose view is live.
 	Peers []string
 	// Rank is this worker's index in Peers. Default 0.
 	Rank int
