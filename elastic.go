@@ -161,7 +161,7 @@ func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, p
 		id := transport.PeerID(m.Name)
 		live[id] = true
 		switch {
-		case id == self, vs != nil && vs.rankOf(id) >= 0, w.departed[id]:
+		case id == self, vs != nil && vs.rankOf(id) >= 0, w.departed[id] == m.Meta.DataAddr:
 		case m.Meta.Epoch == 0:
 			pending = append(pending, member{ID: id, Addr: m.Meta.DataAddr})
 		default:
@@ -186,8 +186,8 @@ func (w *Worker) membershipRecord(rec *record) map[uint64]member {
 	w.forgetDeparted()
 	live, pending, _ := w.gossipMembers(vs)
 	for id := range w.departed {
-		if !live[id] {
-			delete(w.departed, id) // gossip has seen it go
+		if !live[id] || slices.ContainsFunc(pending, func(m member) bool { return m.ID == id }) {
+			delete(w.departed, id) // gossip has seen it go, or it is back elsewhere
 		}
 	}
 	rec.alive = aliveBits(vs.members, func(m member) bool { return m.ID == vs.ids[vs.rank] || live[m.ID] })
@@ -270,7 +270,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	for _, m := range d.Left {
 		// Gossip may list it, with its metadata of before it joined, for a
 		// while yet: it must not look like a joiner.
-		w.departed[m.ID] = true
+		w.departed[m.ID] = m.Addr
 		w.forget = append(w.forget, m.ID)
 	}
 	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: w.iter, Members: d.Members, Shares: shares,
@@ -384,7 +384,7 @@ const welcomeFlag = 0x80
 // channel.
 func (w *Worker) sendWelcome(ctx context.Context, j member, wel welcome) error {
 	self := w.cur.members[w.cur.rank]
-	if err := connectMembers(ctx, w.t, []transport.PeerID{self.ID, j.ID}, []string{self.Addr, j.Addr}, 0); err != nil {
+	if err := w.connect(ctx, []transport.PeerID{self.ID, j.ID}, []string{self.Addr, j.Addr}, 0); err != nil {
 		return fmt.Errorf("gyre: welcoming %s: %w", j.ID, err)
 	}
 	b, err := json.Marshal(wel)

@@ -172,3 +172,90 @@ func testGossipJoinAndLeave(t *testing.T, tr string) {
 		t.Fatalf("final epochs %d and %d, from %d", runs[0].epoch, runs[3].epoch, epoch)
 	}
 }
+
+// TestComebackAtNewAddress: a worker leaves, and another process joins
+// under the same name (--name) at new gossip and data addresses. It is
+// admitted as a joiner, the members dial it at its new address, and every
+// worker ends where one process would. (memberlist lets a left node's name
+// be taken at once; a dead one's needs DeadNodeReclaimTime, which
+// membership sets, for the recovery issue's restarts.)
+func TestComebackAtNewAddress(t *testing.T) {
+	const global, iters, leaver = 24, 300, 1
+	models := make([]*toy, 4)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true,
+		Config: func(r int, c *gyre.Config) {
+			c.GlobalBatch = global
+			c.Name = fmt.Sprintf("w%d", r)
+			if r == 3 { // the joiner takes the leaver's name
+				c.Name = fmt.Sprintf("w%d", leaver)
+			}
+		},
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			return models[r].state()
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := c.Workers[leaver].View().Members[c.Workers[leaver].Rank()]
+
+	// The leaver asks at once and is gone after the next boundary.
+	var lerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w := c.Workers[leaver]
+		w.RequestLeave()
+		for {
+			b := w.Batch()
+			g := models[leaver].grad(b.Indices)
+			w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
+			w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
+			if lerr = w.Wait(ctx); lerr != nil {
+				return
+			}
+			models[leaver].step(g)
+			ch, err := w.Boundary(ctx)
+			if lerr = err; err != nil || ch.Left {
+				return
+			}
+			if lerr = w.Commit(); lerr != nil {
+				return
+			}
+		}
+	}()
+	runs := make([]elasticRun, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for _, i := range []int{0, 2} {
+		wg.Go(func() { runs[i], errs[i] = trainElastic(ctx, c.Workers[i], models[i], iters, false) })
+	}
+	<-done
+	if lerr != nil {
+		t.Fatalf("the leaver: %v", lerr)
+	}
+	joiner := c.AddJoiner(t, c.GossipAddrs[0])
+	jw, err := joiner.Wait(c)
+	if err != nil {
+		t.Fatalf("the worker back under %s: %v", name, err)
+	}
+	if now := jw.View().Members[jw.Rank()]; now != name || c.IDs[3] == c.IDs[leaver] {
+		t.Fatalf("the joiner is %s at %s, want %s at an address other than %s", now, c.IDs[3], name, c.IDs[leaver])
+	}
+	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("workers: %v", errs)
+	}
+	want := referenceToy(t, global, iters)
+	for _, i := range []int{0, 2, 3} {
+		if !closeRel(models[i].theta, want.theta, 1e-12) {
+			t.Fatalf("worker %d: θ %v, one process %v", i, models[i].theta, want.theta)
+		}
+	}
+	for _, i := range []int{0, 2} {
+		if !slices.Contains(runs[i].admitted, name) {
+			t.Fatalf("worker %d saw admitted %v, want %s", i, runs[i].admitted, name)
+		}
+	}
+	gyretest.EnsureSameState(t, c.States[0], c.States[2], c.States[3])
+}

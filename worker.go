@@ -164,10 +164,13 @@ type Worker struct {
 	meta     *metaPublisher
 	leaveReq atomic.Bool // RequestLeave was called
 	left     bool        // left the job at a boundary
-	// departed are the members that left the view, until gossip stops
-	// listing them.
-	departed map[transport.PeerID]bool
+	// departed are the members that left the view, with their data
+	// addresses, until gossip stops listing them there.
+	departed map[transport.PeerID]string
 	forget   []transport.PeerID // departed members the transport still knows
+	// dialled is the address each peer was connected at, so that a member
+	// back under its ID at another address is dialled afresh.
+	dialled map[transport.PeerID]string
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -203,7 +206,8 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
-		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]bool{}}
+		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
+		dialled: map[transport.PeerID]string{}}
 	w.life, w.stop = context.WithCancel(context.Background())
 	if w.t == nil {
 		if w.t, err = NewTransport(cfg); err != nil {
@@ -269,12 +273,43 @@ func (w *Worker) joinStatic(ctx context.Context) error {
 // connectView connects to every member of vs, naming one whose secret
 // differs after lingering so that it learns why too.
 func (w *Worker) connectView(ctx context.Context, vs *viewState) error {
-	err := connectMembers(ctx, w.t, vs.ids, vs.addrs(), vs.rank)
+	err := w.connect(ctx, vs.ids, vs.addrs(), vs.rank)
 	if errors.Is(err, transport.ErrUnauthenticated) {
 		w.lingerRefused(ctx)
 	}
 	return err
 }
+
+// connect is connectMembers, first dropping every member that the
+// transport holds at an address other than addrs gives, a worker back
+// under its ID at a new address: Connect would otherwise return the old,
+// dead link.
+func (w *Worker) connect(ctx context.Context, ids []transport.PeerID, addrs []string, rank int) error {
+	for i, id := range ids {
+		prev, ok := w.dialled[id]
+		if i == rank || !ok || prev == addrs[i] {
+			continue
+		}
+		w.log.Info().Str("peer", string(id)).Str("was", prev).Str("now", addrs[i]).Msg("member is back at a new address; dialling it afresh")
+		if f, ok := w.t.(transport.Forgetter); ok {
+			f.Forget(id)
+		} else if d, ok := w.t.(transport.Dropper); ok {
+			d.Drop(id, errMoved)
+		}
+		delete(w.dialled, id)
+	}
+	if err := connectMembers(ctx, w.t, ids, addrs, rank); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if i != rank {
+			w.dialled[id] = addrs[i]
+		}
+	}
+	return nil
+}
+
+var errMoved = errors.New("gyre: the member is back at another address")
 
 // syncView makes every member of the current view agree on the settings,
 // hold root's state and iteration, and commit it: the end of Join, and of
