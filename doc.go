@@ -6,7 +6,9 @@
 // its state to Join, and loops over iterations on the Worker it gets back.
 // Join connects the workers, checks that they registered the same state
 // and batch settings, and broadcasts rank 0's state, so every worker
-// starts identical.
+// starts identical. With gossip (Config.Seeds or Config.Listen) Join
+// returns once a boundary has admitted the worker into the job's view,
+// with the state of the members already there.
 //
 // # The iteration loop
 //
@@ -31,9 +33,12 @@
 //		if change.Redo {
 //			continue                                  // state was restored: run the iteration again
 //		}
+//		if change.Left {
+//			return nil                                // RequestLeave was honoured: out of the job
+//		}
 //		w.Commit()                                    // the point Restore returns to
 //	}
-//	w.Leave(ctx)
+//	w.Leave(ctx)                                      // the job's end, on every worker
 //
 // Gradients. The trainer passes each tensor's mean over its own bᵢ
 // samples, as soon as backward produces it; the Worker weights it by bᵢ/B
@@ -72,12 +77,34 @@
 // does. An error in the trainer's own code midway through an iteration is
 // handled by Abandon, on every worker, and running the iteration again.
 //
-// The view. For now the view is static: Config.Peers lists every worker's
-// data-plane address in rank order, as `gyre launch` or an MPI-style
-// launcher passes it. Gossip membership, recovery from a lost worker and
-// throughput-based shares will change views and shares at Boundary behind
-// the same API; until then a failed collective is an error, and shares are
-// equal or fixed by Config.Shares.
+// Views. A view is an epoch and its members in ring order. In the static
+// view Config.Peers lists every worker's data-plane address in rank order,
+// as `gyre launch --static` or an MPI-style launcher passes it, and it
+// never changes. With gossip (hashicorp/memberlist, through package
+// membership) workers find each other from one seed address, and the view
+// changes at a Boundary, decided from the boundary's table by the same
+// pure rule on every member, with no coordinator:
+//   - every member's gossip must list the same members of the view alive;
+//     otherwise the boundary fails on every rank with ErrAliveMismatch
+//     (until recovery from a lost worker exists);
+//   - a member whose record asks to leave (RequestLeave) is removed, with
+//     no iteration redone; Change.Left tells the leaver, Change.Departed
+//     the others;
+//   - a pending joiner is admitted when every member's record lists it and
+//     Config.MaxWorkers leaves room: the members welcome it over the
+//     control channel (epoch, members, iteration, shares), one of them
+//     broadcasts the committed state, and Change.Admitted names it;
+//   - iteration 0 waits until the view holds Config.MinWorkers; later
+//     leaves may shrink it below that;
+//   - members are sorted by data address (host, then port); a changed view
+//     has the next epoch, and its ring starts from the old one's measured
+//     bandwidth. The first boundary of every view checks the state.
+//
+// A worker left in an older epoch fails with ring.ErrStaleEpoch at its
+// first exchange with the newer view, and does not mix its data with it.
+// Recovery from a lost worker and throughput-based shares come next; until
+// then a failed collective is an error, and shares are equal or, in the
+// static view, fixed by Config.Shares.
 //
 // Library code here never reads flags or the environment itself: main
 // packages read them and pass them in through Config.

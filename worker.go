@@ -789,11 +789,13 @@ func (w *Worker) Abandon(ctx context.Context) error {
 	return w.Restore()
 }
 
-// Leave ends this worker's part in the job. With the static view every
-// worker leaves together: Leave waits at a barrier for all of them, then
-// says farewell and waits (up to CollectiveTimeout) until every peer has
-// said farewell too or is gone, so that closing cuts off no message a peer
-// still needs, then closes the worker.
+// Leave ends the job: every worker of the view calls it after the loop,
+// and it waits at a barrier for all of them, then says farewell and waits
+// (up to CollectiveTimeout) until every peer has said farewell too or is
+// gone, so that closing cuts off no message a peer still needs, then
+// leaves gossip (the others list it as left) and closes the worker. To
+// leave a job that goes on, use RequestLeave; after the Boundary that
+// returned Change.Left, Leave returns nil.
 func (w *Worker) Leave(ctx context.Context) error {
 	if w.left {
 		return nil
