@@ -140,8 +140,9 @@ type Config struct {
 	GossipProbeInterval time.Duration
 	GossipSuspicionMult int
 
-	// JoinTimeout bounds how long Join waits for the other workers when
-	// its context has no deadline of its own. Default 5 minutes.
+	// JoinTimeout bounds how long Join waits: for the seeds to answer, for
+	// a boundary to admit this worker, for MinWorkers, for the static
+	// view's peers. Default 5 minutes; Join's context may end it sooner.
 	JoinTimeout time.Duration
 	// CollectiveTimeout is how long a collective waits for peers that are
 	// alive but late: a GC pause, evaluation or a checkpoint on one rank, a
@@ -315,7 +316,7 @@ func (c Config) validate(needSecret bool) error {
 	if c.Key != "" && c.KeyFile != "" {
 		bad("give KeyFile or Key, not both")
 	}
-	if c.Key == "" && c.KeyFile == "" && !c.Insecure && needSecret {
+	if c.Key == "" && c.KeyFile == "" && !c.Insecure && needSecret && !c.Gossip() { // checkGossip says it for gossip
 		bad("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
 	}
 	if c.Key != "" {
@@ -523,9 +524,10 @@ const (
 	EnvGossipTiming        = "GYRE_GOSSIP_TIMING"
 	EnvGossipProbeInterval = "GYRE_GOSSIP_PROBE_INTERVAL"
 	EnvGossipSuspicionMult = "GYRE_GOSSIP_SUSPICION_MULT"
-	// EnvCollectiveTimeout and EnvPeerTimeout are durations such as "10m"
-	// or "2s".
+	// EnvCollectiveTimeout, EnvJoinTimeout and EnvPeerTimeout are
+	// durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
+	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
 	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
 )
 
@@ -582,6 +584,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
+	duration(EnvJoinTimeout, &c.JoinTimeout)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
 	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {

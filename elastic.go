@@ -116,7 +116,7 @@ func (w *Worker) nodeMeta(epoch uint64, rank int) membership.Meta {
 // joinSeeds joins gossip through the seeds, retrying while they start.
 // A seed that answers with another cluster secret fails at once.
 func (w *Worker) joinSeeds(ctx context.Context) error {
-	for {
+	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.node.Join(actx, w.cfg.Seeds)
 		cancel()
@@ -127,11 +127,17 @@ func (w *Worker) joinSeeds(ctx context.Context) error {
 			return fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
 				w.cfg.Seeds, err)
 		}
-		w.log.Debug().Err(err).Msg("joining gossip; retrying")
+		ev := w.log.Debug()
+		if attempt == 0 {
+			ev = w.log.Info() // once: a seed may well start after its joiners
+		}
+		deadline, _ := ctx.Deadline()
+		ev.Err(err).Time("until", deadline).Msg("no seed answers yet; retrying")
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("gyre: joining through %v: %w (last attempt: %v)", w.cfg.Seeds, ctx.Err(), err)
+			return fmt.Errorf("gyre: no seed of %v answered before Join gave up (JoinTimeout %v, --join-timeout): %w; last attempt: %v",
+				w.cfg.Seeds, w.cfg.JoinTimeout, ctx.Err(), err)
 		}
 	}
 }
@@ -228,6 +234,7 @@ func (w *Worker) admit(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, w.settle(ctx, vs, err)
 	}
+	w.noteCapped(d)
 	if d.Changed {
 		if err := w.changeView(ctx, d, !d.Start); err != nil {
 			return false, err
@@ -237,6 +244,21 @@ func (w *Worker) admit(ctx context.Context) (bool, error) {
 		}
 	}
 	return !d.Start, nil
+}
+
+// noteCapped says when the number of joiners that MaxWorkers keeps
+// pending changes.
+func (w *Worker) noteCapped(d viewDecision) {
+	if d.Capped == w.capped {
+		return
+	}
+	w.capped = d.Capped
+	ev := w.log.Warn()
+	if d.Capped == 0 {
+		ev = w.log.Info()
+	}
+	ev.Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Int("world", len(d.Members)).
+		Msg("joiners that every member lists stay pending: the view is at MaxWorkers")
 }
 
 // changeView moves to the view d decided. Every member first proves at a
@@ -302,9 +324,6 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		ev = ev.Strs("left", idStrings(d.Left))
 	}
 	ev.Msg("view changed")
-	if d.Capped > 0 {
-		w.log.Warn().Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Msg("joiners stay pending: the view is at MaxWorkers")
-	}
 	if !prestart && len(d.Members) < w.cfg.MinWorkers {
 		w.log.Warn().Int("world", len(d.Members)).Int("min_workers", w.cfg.MinWorkers).
 			Msg("the view shrank below MinWorkers, which gates iteration 0 only; training goes on")
@@ -420,6 +439,9 @@ func (w *Worker) recvWelcome(ctx context.Context, peer transport.PeerID) (welcom
 	return wel, nil
 }
 
+// pendingNote is how often a joiner still waiting for admission says so.
+const pendingNote = 10 * time.Second
+
 // awaitWelcome waits, pending, until the members admit this worker, and
 // returns the welcome. It listens to every worker gossip lists in a view;
 // once one welcome arrives it reads the others' too, so that the control
@@ -465,8 +487,14 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 	tick := time.NewTicker(admitPoll)
 	defer tick.Stop()
 	var first welcome
+	since, noted := time.Now(), time.Now()
 	for len(got) == 0 {
 		_, _, inView := w.gossipMembers(nil)
+		if time.Since(noted) >= pendingNote {
+			noted = time.Now()
+			w.log.Info().Int("in_view", len(inView)).Dur("pending_for", time.Since(since)).
+				Msg("still pending: a boundary admits this worker once every member's gossip lists it, unless the view is at MaxWorkers")
+		}
 		for _, m := range inView {
 			if listening[m.ID] == nil {
 				listen(m.ID)

@@ -20,9 +20,11 @@ import (
 //	flag.Parse()
 //
 // The flags are --name, --transport, --insecure, --stripes, --key-file,
-// --listen, --data-addr, --advertise, --seed, --peers, --rank,
-// --min-workers, --batch, --shares, --rng-seed, --bucket-bytes, --compress,
-// --collective-timeout and --peer-timeout.
+// --listen, --data-addr, --advertise, --seed, --job, --max-workers,
+// --gossip-timing, --gossip-probe-interval, --gossip-suspicion-mult,
+// --peers, --rank, --min-workers, --batch, --shares, --rng-seed,
+// --bucket-bytes, --compress, --join-timeout, --collective-timeout and
+// --peer-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -79,6 +81,8 @@ func (c *Config) bind(fs flagAdder) {
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")
+	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout,
+		"how long Join waits for the seeds, admission and --min-workers (0: 5m)")
 	fs.DurationVar(&c.CollectiveTimeout, "collective-timeout", c.CollectiveTimeout,
 		"how long a collective waits for a peer that is alive but late (0: 10m)")
 	fs.DurationVar(&c.PeerTimeout, "peer-timeout", c.PeerTimeout,

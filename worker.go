@@ -171,6 +171,7 @@ type Worker struct {
 	// dialled is the address each peer was connected at, so that a member
 	// back under its ID at another address is dialled afresh.
 	dialled map[transport.PeerID]string
+	capped  int // joiners MaxWorkers kept out at the last boundary
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -181,8 +182,7 @@ type Worker struct {
 // cfg.Peers, checks that every worker registered the same state and batch
 // settings, broadcasts rank 0's state to all, confirms that every worker
 // now holds the same state, and commits it. It blocks until every member
-// has joined, ctx ends, or Config.JoinTimeout passes if ctx has no
-// deadline. A failure found by the comparisons (ErrDiverged) is returned
+// has joined, ctx ends, or Config.JoinTimeout passes. A failure found by the comparisons (ErrDiverged) is returned
 // by every worker.
 func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	var o options
@@ -221,11 +221,8 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 			w.Close()
 		}
 	}()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancel()
 	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
@@ -639,6 +636,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if err != nil {
 		return Change{}, w.settle(ctx, vs, err)
 	}
+	w.noteCapped(d)
 	if rec.digest != 0 {
 		w.nextCheck = w.iter + checkInterval(recs)
 	}

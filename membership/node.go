@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
@@ -149,6 +150,36 @@ func (n *Node) Addr() string {
 	return ""
 }
 
+// seedErrors prints memberlist's list of per-seed join errors on one line.
+type seedErrors struct{ list *multierror.Error }
+
+func (e seedErrors) Error() string {
+	msgs := make([]string, len(e.list.Errors))
+	for i, err := range e.list.Errors {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e seedErrors) Unwrap() []error { return e.list.Errors }
+
+// oneLine returns err with a multierror's list printed on one line.
+func oneLine(err error) error {
+	var me *multierror.Error
+	if errors.As(err, &me) && len(me.Errors) > 0 {
+		return seedErrors{me}
+	}
+	return err
+}
+
+// Unreachable reports whether a Join error says that no seed was
+// listening: every seed refused the connection. memberlist joins its
+// per-seed errors as text, hence the match on the message.
+func Unreachable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "connection refused") &&
+		!strings.Contains(err.Error(), "No installed keys could decrypt")
+}
+
 // Join contacts the seeds (host:port) and merges their view of the
 // cluster. It returns once one seed answered, or ctx ends, or every seed
 // failed; memberlist's own timeouts bound an attempt in progress.
@@ -163,6 +194,10 @@ func (n *Node) Join(ctx context.Context, seeds []string) error {
 	}()
 	select {
 	case err := <-done:
+		err = oneLine(err)
+		if err != nil && Unreachable(err) {
+			return fmt.Errorf("membership: join through %v: %w (nothing listens there: give the gossip address, --listen, of a live member)", seeds, err)
+		}
 		if err != nil {
 			return fmt.Errorf("membership: join through %v: %w (a seed with another cluster secret cannot be joined)", seeds, err)
 		}

@@ -136,6 +136,10 @@ func observe(ctx context.Context, c *cli, o observeOptions) ([]membership.Member
 	jctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	err = node.Join(jctx, o.seeds)
 	cancel()
+	if err != nil && membership.Unreachable(err) {
+		node.Close()
+		return nil, err
+	}
 	if err != nil {
 		node.Close()
 		return nil, fmt.Errorf("%w\ncheck that %s is the gossip address of a live member of the job, and that the "+

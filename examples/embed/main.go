@@ -1,6 +1,7 @@
 // Command embed is the smallest complete trainer that embeds Gyre: linear
 // regression on generated data, trained data-parallel by every worker that
-// `gyre launch` starts.
+// `gyre launch` starts. A worker started later with --seed joins the
+// running job, and SIGTERM makes a worker leave it at the next boundary.
 //
 //	go build -o embed ./examples/embed
 //	go run ./cmd/gyre launch -n 4 -- ./embed
@@ -13,6 +14,8 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/gyre-ml/gyre"
 )
@@ -45,6 +48,14 @@ func main() {
 		log.Fatal(err)
 	}
 	defer w.Close()
+	// SIGTERM (a scheduler, or gyre launch stopping the job) leaves the job
+	// at the next boundary; the others carry on.
+	sigterm := make(chan os.Signal, 1)
+	signal.Notify(sigterm, syscall.SIGTERM)
+	go func() {
+		<-sigterm
+		w.RequestLeave()
+	}()
 
 	for w.Iter() < *iters {
 		b := w.Batch() // this worker's share of the global batch
@@ -66,8 +77,13 @@ func main() {
 		for j := range weights {
 			weights[j] -= 0.05 * grad[j]
 		}
-		if _, err := w.Boundary(ctx); err != nil {
+		change, err := w.Boundary(ctx)
+		if err != nil {
 			log.Fatal(err)
+		}
+		if change.Left {
+			fmt.Printf("left the job after iteration %d\n", change.Iter-1)
+			return
 		}
 		if err := w.Commit(); err != nil {
 			log.Fatal(err)
