@@ -17,6 +17,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/syncio"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -117,7 +118,7 @@ type PeerStarter func(ctx context.Context, args []string, key secret.Secret) (*P
 // stderr, one write at a time however many children run. The child is
 // killed if ctx ends.
 func ExecPeer(exe string, prefix, env []string, stderr io.Writer) PeerStarter {
-	stderr = &lockedWriter{w: stderr}
+	stderr = syncio.NewWriter(stderr)
 	return func(ctx context.Context, args []string, key secret.Secret) (*PeerProcess, error) {
 		cmd := exec.CommandContext(ctx, exe, append(append([]string(nil), prefix...), args...)...)
 		cmd.Env = append(append([]string(nil), env...), gyre.EnvKey+"="+key.Hex())
@@ -141,19 +142,6 @@ func ExecPeer(exe string, prefix, env []string, stderr io.Writer) PeerStarter {
 			Kill:   func() { cmd.Process.Kill() },
 		}, nil
 	}
-}
-
-// lockedWriter serialises writes: each child's stderr is copied by a
-// goroutine of its own.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // stopPeer closes the peer's stdin and waits for it to exit, killing it

@@ -53,6 +53,9 @@ type GossipReport struct {
 	MedianMS float64   `json:"median_ms"`
 }
 
+// SetCommand records the command line that produced the report.
+func (r *GossipReport) SetCommand(cmd string) { r.Command = cmd }
+
 func (r GossipReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -93,8 +96,7 @@ func newBenchGossipCmd(c *cli) *cobra.Command {
 			if n < 2 || runs < 1 || timeout <= 0 {
 				return errors.New("-n must be at least 2, --runs at least 1 and --timeout positive")
 			}
-			rep := GossipReport{Command: "gyre " + strings.Join(commandArgs(cmd), " "), Date: time.Now().UTC(),
-				Machine: bench.ThisMachine(), N: n, Mode: "in-process"}
+			rep := &GossipReport{Date: time.Now().UTC(), Machine: bench.ThisMachine(), N: n, Mode: "in-process"}
 			rep.Method = fmt.Sprintf("time from starting node 0 until each of %d nodes lists all %d alive, "+
 				"all in this process", n, n)
 			run := func(ctx context.Context) (time.Duration, error) { return gossipInProcess(ctx, n, c.log) }
@@ -120,13 +122,7 @@ func newBenchGossipCmd(c *cli) *cobra.Command {
 				rep.RunsMS = append(rep.RunsMS, float64(d)/float64(time.Millisecond))
 			}
 			rep.MedianMS = bench.Median(rep.RunsMS)
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
-				return err
-			}
-			if jsonFile != "" {
-				return writeJSON(jsonFile, rep)
-			}
-			return nil
+			return printReport(cmd, rep, jsonFile)
 		},
 	}
 	f := cmd.Flags()

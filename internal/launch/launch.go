@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/syncio"
 )
 
 // DefaultGrace is how long ranks get to exit after SIGTERM before SIGKILL.
@@ -89,7 +91,8 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("launch: log dir: %w", err)
 		}
 	}
-	stdout, stderr := &lockedWriter{w: o.Stdout}, &lockedWriter{w: o.Stderr}
+	// Whole writes, so that lines from different ranks never interleave.
+	stdout, stderr := syncio.NewWriter(o.Stdout), syncio.NewWriter(o.Stderr)
 	ranks := make([]*rank, 0, o.N)
 	exits := make(chan *rank, o.N)
 	var started sync.WaitGroup

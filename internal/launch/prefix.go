@@ -3,21 +3,7 @@ package launch
 import (
 	"bytes"
 	"io"
-	"sync"
 )
-
-// lockedWriter serialises whole writes from several ranks, so lines from
-// different ranks never interleave mid-line.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
 
 // prefixWriter puts prefix before every line written through it and
 // passes complete lines on in one Write. A trailing partial line waits for
