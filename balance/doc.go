@@ -1,0 +1,23 @@
+// Package balance decides per-worker batch shares from measured compute
+// times, after LB-BSP (Chen et al., SoCC 2020): the global batch B stays
+// fixed, and each worker gets a share that makes all of them finish their
+// compute at about the same time, so a slow or busy worker no longer holds
+// the others back.
+//
+// It is pure: no clocks, sockets or goroutines, inputs in and shares out.
+//
+//   - An Estimator runs on each worker over its own recent iterations
+//     (samples, compute seconds) and fits c(b) = a + b/v by
+//     recency-weighted least squares, with a change detector that forgets
+//     the history when the worker's speed changes. Its Model is quantised
+//     to integers, so that the models every worker publishes are exact.
+//   - Solve is the decision every worker takes from the same table of
+//     models and bounds: it minimises the predicted iteration time
+//     max cᵢ(bᵢ) subject to Σbᵢ = B and minᵢ ≤ bᵢ ≤ maxᵢ, by water-filling,
+//     then rounds by largest remainder so that the sum stays exactly B. It
+//     uses only IEEE-rounded float64 operations on integer inputs, so every
+//     worker, whatever its CPU, derives the same shares.
+//   - Step damps Solve's moves: it moves part of the way, keeps the shares
+//     when the predicted gain is small, halves its step when shares
+//     oscillate, and jumps at once when a worker's speed changed.
+package balance

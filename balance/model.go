@@ -1,0 +1,167 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/stat"
+)
+
+// Obs is one iteration of one worker: the samples it computed and the
+// compute time, in seconds, without time spent waiting on the network.
+type Obs struct {
+	Samples int
+	Seconds float64
+}
+
+// Model is a worker's fitted compute time c(b) = Fixed + b/Rate,
+// quantised: FixedNs in nanoseconds, RateMicro in millionths of a sample
+// per second. A zero RateMicro means unknown (no data yet).
+type Model struct {
+	FixedNs   int64
+	RateMicro int64
+}
+
+// Known reports whether the model has a rate.
+func (m Model) Known() bool { return m.RateMicro > 0 }
+
+// rate and fixed are the model in float64 seconds, exact conversions of
+// the integers (below 2^53).
+func (m Model) rate() float64  { return float64(m.RateMicro) / 1e6 }
+func (m Model) fixed() float64 { return float64(m.FixedNs) / 1e9 }
+
+// Seconds predicts the compute time of b samples.
+func (m Model) Seconds(b int) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return m.fixed() + float64(b)/m.rate()
+}
+
+func (m Model) String() string {
+	return fmt.Sprintf("%.3gs + b/%.4g per s", m.fixed(), m.rate())
+}
+
+// quantise rounds a fitted model to a Model.
+func quantise(fixed, rate float64) Model {
+	return Model{FixedNs: int64(math.Round(max(fixed, 0) * 1e9)), RateMicro: max(int64(math.Round(rate*1e6)), 1)}
+}
+
+// Estimator parameters. The defaults suit iterations of a few
+// milliseconds to seconds.
+const (
+	// DefaultWindow is how many recent iterations a fit uses.
+	DefaultWindow = 32
+	// DefaultHalfLife is the age, in iterations, at which an observation
+	// weighs half as much as the newest.
+	DefaultHalfLife = 8.0
+	// DefaultChangeRatio is the relative error of the prediction beyond
+	// which an iteration counts as a change of speed.
+	DefaultChangeRatio = 0.3
+	// DefaultChangeConfirm is how many iterations in a row must show the
+	// change before the history is dropped.
+	DefaultChangeConfirm = 2
+	// minSpread is the smallest relative spread of batch sizes (weighted
+	// standard deviation over mean) that lets the fit separate the fixed
+	// cost from the rate; below it the rate is fitted through the origin.
+	minSpread = 0.05
+)
+
+// Estimator fits one worker's model from its recent iterations. Use one
+// per worker, fed from that worker's own measurements; it is not safe for
+// concurrent use.
+type Estimator struct {
+	Window        int     // default DefaultWindow
+	HalfLife      float64 // default DefaultHalfLife
+	ChangeRatio   float64 // default DefaultChangeRatio
+	ChangeConfirm int     // default DefaultChangeConfirm
+
+	obs    []Obs // oldest first, at most Window
+	misses int   // iterations in a row the model mispredicted
+}
+
+func (e *Estimator) defaults() {
+	if e.Window <= 0 {
+		e.Window = DefaultWindow
+	}
+	if e.HalfLife <= 0 {
+		e.HalfLife = DefaultHalfLife
+	}
+	if e.ChangeRatio <= 0 {
+		e.ChangeRatio = DefaultChangeRatio
+	}
+	if e.ChangeConfirm <= 0 {
+		e.ChangeConfirm = DefaultChangeConfirm
+	}
+}
+
+// Add records an iteration and reports whether the worker's speed
+// changed: the model fitted before it mispredicted this and the previous
+// ChangeConfirm-1 iterations by more than ChangeRatio. Then the history
+// is cut to those iterations, so the next Fit follows the new speed at
+// once. Iterations with no samples or no time carry no information and
+// are skipped.
+func (e *Estimator) Add(o Obs) (changed bool) {
+	e.defaults()
+	if o.Samples <= 0 || !(o.Seconds > 0) || math.IsInf(o.Seconds, 0) {
+		return false
+	}
+	if m, ok := e.Fit(); ok {
+		pred := m.Seconds(o.Samples)
+		if math.Abs(o.Seconds-pred) > e.ChangeRatio*pred {
+			e.misses++
+		} else {
+			e.misses = 0
+		}
+	}
+	e.obs = append(e.obs, o)
+	if len(e.obs) > e.Window {
+		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
+	}
+	if e.misses >= e.ChangeConfirm {
+		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.misses:]...)
+		e.misses = 0
+		return true
+	}
+	return false
+}
+
+// Reset forgets every observation.
+func (e *Estimator) Reset() { e.obs, e.misses = e.obs[:0], 0 }
+
+// Len is the number of observations kept.
+func (e *Estimator) Len() int { return len(e.obs) }
+
+// Fit returns the model of the kept observations, false with none. The
+// weights halve every HalfLife iterations of age. With enough spread in
+// batch sizes it fits the fixed cost and the rate by weighted least
+// squares; otherwise, or when that fit is not physical (a negative fixed
+// cost or a non-positive rate), it fits the rate through the origin, the
+// CPU case where the fixed cost is close to 0.
+func (e *Estimator) Fit() (Model, bool) {
+	e.defaults()
+	n := len(e.obs)
+	if n == 0 {
+		return Model{}, false
+	}
+	x, y, w := make([]float64, n), make([]float64, n), make([]float64, n)
+	for i, o := range e.obs {
+		x[i], y[i] = float64(o.Samples), o.Seconds
+		w[i] = math.Exp2(-float64(n-1-i) / e.HalfLife)
+	}
+	if n >= 3 {
+		mean, std := stat.MeanStdDev(x, w)
+		if std > minSpread*mean {
+			fixed, slope := stat.LinearRegression(x, y, w, false)
+			if fixed >= 0 && slope > 0 && !math.IsNaN(fixed) {
+				return quantise(fixed, 1/slope), true
+			}
+		}
+	}
+	var sx, sy float64
+	for i := range x {
+		sx += w[i] * x[i]
+		sy += w[i] * y[i]
+	}
+	return quantise(0, sx/sy), true
+}

@@ -1,0 +1,206 @@
+package balance
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// sim is a job of workers whose true speeds the test sets, each running
+// its own Estimator, and the shares every worker would decide with Step.
+type sim struct {
+	rng    *rand.Rand
+	rates  []float64 // true samples per second
+	noise  float64   // relative noise of a measured compute time
+	B      int
+	est    []Estimator
+	shares []int
+	st     State
+	p      Params
+}
+
+func newSim(rates []float64, B int, noise float64) *sim {
+	s := &sim{rng: rand.New(rand.NewPCG(7, 8)), rates: rates, noise: noise, B: B,
+		est: make([]Estimator, len(rates)), shares: make([]int, len(rates))}
+	for i := range s.shares { // equal shares to start, as the view does
+		s.shares[i] = B / len(rates)
+		if i < B%len(rates) {
+			s.shares[i]++
+		}
+	}
+	return s
+}
+
+// iterate runs one iteration at the current shares, feeds each worker's
+// estimator, decides the next shares, and returns the iteration's time
+// (the slowest worker's).
+func (s *sim) iterate(t *testing.T) float64 {
+	t.Helper()
+	var slowest float64
+	changed := false
+	ws := make([]Worker, len(s.rates))
+	for i, v := range s.rates {
+		sec := float64(s.shares[i]) / v * (1 + s.noise*(2*s.rng.Float64()-1))
+		slowest = max(slowest, sec)
+		if s.est[i].Add(Obs{Samples: s.shares[i], Seconds: sec}) {
+			changed = true
+		}
+		m, _ := s.est[i].Fit()
+		ws[i] = Worker{Model: m, Min: 1}
+	}
+	next, st, err := Step(s.p, s.st, ws, s.shares, s.B, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum(next) != s.B {
+		t.Fatalf("shares %v do not sum to %d", next, s.B)
+	}
+	s.shares, s.st = next, st
+	return slowest
+}
+
+func medianShares(hist [][]int) []float64 {
+	out := make([]float64, len(hist[0]))
+	for i := range out {
+		col := make([]float64, len(hist))
+		for k := range hist {
+			col[k] = float64(hist[k][i])
+		}
+		slices.Sort(col)
+		out[i] = col[len(col)/2]
+	}
+	return out
+}
+
+// TestStepHeterogeneous simulates the heterogeneity scenario: 4
+// workers at 50%, 50%, 50% and 15% of a core, 2% timing noise. From
+// iteration 20 on the throughput is within 10% of the ideal (the sum of
+// the rates) and over twice that of equal shares; after convergence no
+// share moves by more than 2% of B between iterations; when the first
+// worker drops to 15%, every share is within 10% of its new steady state
+// (the median over iterations 10-20 after the change) within 3 iterations
+// of the first one run at the new speed.
+func TestStepHeterogeneous(t *testing.T) {
+	const B = 480
+	s := newSim([]float64{500, 500, 500, 150}, B, 0.02)
+	ideal := 1650.0
+	static := float64(B) / (float64(B/4) / 150) // the slow worker sets the pace
+	var rates []float64
+	var hist [][]int
+	for it := range 60 {
+		sec := s.iterate(t)
+		if it >= 20 {
+			rates = append(rates, float64(B)/sec)
+			hist = append(hist, slices.Clone(s.shares))
+		}
+	}
+	slices.Sort(rates)
+	t.Logf("steady state: median %.0f samples/s (ideal %.0f, equal shares %.0f), shares %v", rates[len(rates)/2], ideal, static, s.shares)
+	if med := rates[len(rates)/2]; med < 0.9*ideal || med < 2*static {
+		t.Fatalf("steady state %.0f samples/s; ideal %.0f, equal shares %.0f; shares %v", med, ideal, static, s.shares)
+	}
+	for k := 1; k < len(hist); k++ {
+		for i := range hist[k] {
+			if d := math.Abs(float64(hist[k][i] - hist[k-1][i])); d > 0.02*B {
+				t.Fatalf("iteration %d: worker %d moved by %v samples: %v -> %v", 20+k, i, d, hist[k-1], hist[k])
+			}
+		}
+	}
+
+	s.rates[0] = 150 // from the next iteration on
+	var after [][]int
+	for range 21 {
+		s.iterate(t)
+		after = append(after, slices.Clone(s.shares))
+	}
+	// after[k] are the shares decided after the (k+1)th iteration at the
+	// new speed, so after[2] are those of the 4th: within 3 iterations.
+	steady := medianShares(after[10:21])
+	t.Logf("after the change: %v, %v, %v, ... steady %v", after[0], after[1], after[2], steady)
+	for i, want := range steady {
+		if got := float64(after[2][i]); math.Abs(got-want) > 0.1*want {
+			t.Fatalf("3 iterations after the change worker %d has %v, steady state %v (shares then %v)", i, got, want, after[2])
+		}
+	}
+}
+
+// TestStepKeepsSharesForSmallGains: shares that are already near the
+// optimum do not move.
+func TestStepKeepsSharesForSmallGains(t *testing.T) {
+	ws := []Worker{{Model: Model{RateMicro: 100e6}, Min: 1}, {Model: Model{RateMicro: 101e6}, Min: 1}}
+	next, _, err := Step(Params{}, State{}, ws, []int{50, 50}, 100, false)
+	if err != nil || !slices.Equal(next, []int{50, 50}) {
+		t.Fatalf("got %v, %v", next, err)
+	}
+}
+
+// TestStepDampsAndJumps: without a change the shares move half way to the
+// solver's; with one they jump there.
+func TestStepDampsAndJumps(t *testing.T) {
+	ws := []Worker{{Model: Model{RateMicro: 300e6}, Min: 1}, {Model: Model{RateMicro: 100e6}, Min: 1}}
+	next, _, err := Step(Params{}, State{}, ws, []int{50, 50}, 100, false)
+	if err != nil || !slices.Equal(next, []int{63, 37}) {
+		t.Fatalf("damped: got %v, %v; want half way to [75 25]", next, err)
+	}
+	next, _, err = Step(Params{}, State{}, ws, []int{50, 50}, 100, true)
+	if err != nil || !slices.Equal(next, []int{75, 25}) {
+		t.Fatalf("changed: got %v, %v; want [75 25]", next, err)
+	}
+}
+
+// TestStepHalvesOnOscillation: when the best shares swing back and forth
+// (speeds that alternate), each reversal halves the step, down to the
+// limit, so the moves shrink; a change of speed restores the full step.
+func TestStepHalvesOnOscillation(t *testing.T) {
+	fast, slow := Model{RateMicro: 300e6}, Model{RateMicro: 100e6}
+	cur, st := []int{50, 50}, State{}
+	var moves []int
+	for k := range 8 {
+		ws := []Worker{{Model: fast, Min: 1}, {Model: slow, Min: 1}}
+		if k%2 == 1 {
+			ws[0].Model, ws[1].Model = slow, fast
+		}
+		next, nst, err := Step(Params{}, st, ws, cur, 100, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moves = append(moves, int(math.Abs(float64(next[0]-cur[0]))))
+		cur, st = next, nst
+	}
+	if st.Halvings != 4 || moves[len(moves)-1] >= moves[1] {
+		t.Fatalf("halvings %d, moves %v: want 4 and shrinking moves", st.Halvings, moves)
+	}
+	_, st, _ = Step(Params{}, st, []Worker{{Model: fast, Min: 1}, {Model: slow, Min: 1}}, cur, 100, true)
+	if st.Halvings != 0 {
+		t.Fatalf("a change of speed left %d halvings", st.Halvings)
+	}
+}
+
+// TestStepDeterministic: the same table and state give the same shares
+// and state, so every worker decides alike.
+func TestStepDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 500 {
+		n := 2 + rng.IntN(6)
+		B := 10*n + rng.IntN(500)
+		ws := randomTable(rng, n, B)
+		for i := range ws {
+			ws[i].Max = 0
+		}
+		cur := make([]int, n)
+		for i := range cur {
+			cur[i] = B / n
+		}
+		cur[0] += B - sum(cur)
+		st := State{Halvings: rng.IntN(3), Dirs: make([]int8, n)}
+		a, sa, err := Step(Params{}, st, ws, cur, B, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, sb, _ := Step(Params{}, st, slices.Clone(ws), slices.Clone(cur), B, false)
+		if !slices.Equal(a, b) || sa.Halvings != sb.Halvings || !slices.Equal(sa.Dirs, sb.Dirs) {
+			t.Fatalf("%v then %v", a, b)
+		}
+	}
+}
