@@ -49,6 +49,15 @@ const (
 	DefaultJob = "gyre"
 )
 
+// Balance modes accepted by Config.Balance.
+const (
+	// BalanceLBBSP decides the shares at every boundary from the workers'
+	// measured compute times (package balance).
+	BalanceLBBSP = "lbbsp"
+	// BalanceStatic keeps equal shares, or Config.Shares.
+	BalanceStatic = "static"
+)
+
 // Gossip timing presets accepted by Config.GossipTiming.
 const (
 	GossipLAN   = "lan"
@@ -166,6 +175,15 @@ type Config struct {
 	// (static balance). They must sum to GlobalBatch. Default: equal
 	// shares, the remainder to the lowest ranks.
 	Shares []int
+	// Balance is how shares are decided: BalanceLBBSP (default) moves
+	// samples from slow workers to fast ones at each boundary, from the
+	// compute times every worker measures; BalanceStatic keeps equal
+	// shares, for comparison. Shares implies BalanceStatic unless Balance
+	// is given: with BalanceLBBSP they are the shares it starts from.
+	Balance string
+	// BalanceAllowZero lets balancing give a worker no samples at all;
+	// by default every worker keeps at least 1.
+	BalanceAllowZero bool
 	// RNGSeed seeds the sampler's per-epoch permutations. Default 0.
 	RNGSeed uint64
 	// DatasetSize is the number of samples in one epoch of the training
@@ -236,6 +254,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.Balance == "" {
+		c.Balance = BalanceLBBSP
+		if len(c.Shares) > 0 {
+			c.Balance = BalanceStatic
+		}
 	}
 	if c.GlobalBatch == 0 {
 		c.GlobalBatch = DefaultGlobalBatch
@@ -394,6 +418,9 @@ func (c Config) checkBatch() []error {
 	if c.MaxWorkers < 1 || c.MaxWorkers > MaxView {
 		errs = append(errs, fmt.Errorf("MaxWorkers %d: want 1 to %d", c.MaxWorkers, MaxView))
 	}
+	if c.Balance != BalanceLBBSP && c.Balance != BalanceStatic {
+		errs = append(errs, fmt.Errorf("Balance %q: want %q or %q", c.Balance, BalanceLBBSP, BalanceStatic))
+	}
 	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
 		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))
 	}
@@ -524,6 +551,8 @@ const (
 	EnvGossipTiming        = "GYRE_GOSSIP_TIMING"
 	EnvGossipProbeInterval = "GYRE_GOSSIP_PROBE_INTERVAL"
 	EnvGossipSuspicionMult = "GYRE_GOSSIP_SUSPICION_MULT"
+	// EnvBalance is "lbbsp" or "static".
+	EnvBalance = "GYRE_BALANCE"
 	// EnvCollectiveTimeout, EnvJoinTimeout and EnvPeerTimeout are
 	// durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
@@ -551,6 +580,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvAdvertise, &c.Advertise)
 	str(EnvJob, &c.Job)
 	str(EnvGossipTiming, &c.GossipTiming)
+	str(EnvBalance, &c.Balance)
 	if v, ok := lookup(EnvInsecure); ok && strings.TrimSpace(v) != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {

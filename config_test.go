@@ -38,6 +38,7 @@ func TestWithDefaults(t *testing.T) {
 		CollectiveTimeout: DefaultCollectiveTimeout,
 		PeerTimeout:       DefaultPeerTimeout,
 		Shares:            []int{DefaultGlobalBatch},
+		Balance:           BalanceLBBSP,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -107,6 +108,7 @@ func TestValidate(t *testing.T) {
 		{"min past max", Config{Key: key, Listen: "127.0.0.1:7000", MinWorkers: 5, MaxWorkers: 4}, "MinWorkers 5"},
 		{"max past view", Config{Key: key, Listen: "127.0.0.1:7000", MaxWorkers: MaxView + 1}, "MaxWorkers"},
 		{"gossip timing", Config{Key: key, Listen: "127.0.0.1:7000", GossipTiming: "wan"}, "GossipTiming"},
+		{"balance", Config{Key: key, Balance: "fastest"}, `Balance "fastest"`},
 		{"advertise with port", Config{Key: key, Advertise: "10.0.0.1:9100"}, "host only"},
 		{"min workers past world", Config{Key: key, MinWorkers: 2}, "MinWorkers 2"},
 		{"zero batch by shares", Config{Key: key, Shares: []int{0}}, "GlobalBatch 0"},
@@ -154,7 +156,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvGossipTiming: "local", EnvGossipProbeInterval: "3s", EnvGossipSuspicionMult: "6",
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
-		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms",
+		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms", EnvJoinTimeout: "1m", EnvBalance: "static",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -165,7 +167,8 @@ func TestConfigFromEnv(t *testing.T) {
 		GossipTiming: "local", GossipProbeInterval: 3 * time.Second, GossipSuspicionMult: 6,
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
-		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond}
+		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
+		Balance: BalanceStatic}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}
@@ -203,4 +206,23 @@ func TestConfigSecret(t *testing.T) {
 
 func mapLookup(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// TestBalanceDefault: balancing is on unless Shares fix the shares, and an
+// explicit Balance wins over that.
+func TestBalanceDefault(t *testing.T) {
+	peers := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	for _, tt := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{}, BalanceLBBSP},
+		{Config{Peers: peers, Shares: []int{3, 5}}, BalanceStatic},
+		{Config{Peers: peers, Shares: []int{3, 5}, Balance: BalanceLBBSP}, BalanceLBBSP},
+		{Config{Balance: BalanceStatic}, BalanceStatic},
+	} {
+		if got := tt.c.WithDefaults().Balance; got != tt.want {
+			t.Errorf("%+v: Balance %q, want %q", tt.c, got, tt.want)
+		}
+	}
 }

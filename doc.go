@@ -102,9 +102,16 @@
 //
 // A worker left in an older epoch fails with ring.ErrStaleEpoch at its
 // first exchange with the newer view, and does not mix its data with it.
-// Recovery from a lost worker and throughput-based shares come next; until
-// then a failed collective is an error, and shares are equal or, in the
-// static view, fixed by Config.Shares.
+// Shares. With Config.Balance BalanceLBBSP (the default) every worker fits
+// its own compute time per sample from its iterations (package balance)
+// and sends the model in its boundary record; every worker then derives
+// the same next shares from the table, moving samples from slow workers to
+// fast ones, damped, while the global batch stays exact. BalanceStatic
+// keeps equal shares, or Config.Shares. A new view starts from equal
+// shares.
+//
+// Recovery from a lost worker comes next; until then a failed collective
+// is an error.
 //
 // Library code here never reads flags or the environment itself: main
 // packages read them and pass them in through Config.

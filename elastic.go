@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/membership"
@@ -282,7 +283,10 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	}
 	w.forgetDeparted()
 	rank := slices.IndexFunc(d.Members, func(m member) bool { return m.ID == self })
+	// A new view starts from equal shares and a fresh balance state, which
+	// a joiner has too.
 	epoch, shares := old.view.Epoch+1, EqualShares(w.cfg.GlobalBatch, len(d.Members))
+	w.bst = balance.State{}
 	var oldRanks []int
 	for r, m := range d.Members {
 		if old.rankOf(m.ID) >= 0 {

@@ -22,7 +22,8 @@ import (
 // The flags are --name, --transport, --insecure, --stripes, --key-file,
 // --listen, --data-addr, --advertise, --seed, --job, --max-workers,
 // --gossip-timing, --gossip-probe-interval, --gossip-suspicion-mult,
-// --peers, --rank, --min-workers, --batch, --shares, --rng-seed,
+// --peers, --rank, --min-workers, --batch, --shares, --balance,
+// --balance-allow-zero, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout and
 // --peer-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
@@ -77,7 +78,9 @@ func (c *Config) bind(fs flagAdder) {
 	fs.IntVar(&c.Rank, "rank", c.Rank, "this worker's index in --peers")
 	fs.IntVar(&c.MinWorkers, "min-workers", c.MinWorkers, "workers needed before iteration 0 (0: 1 with gossip, all of --peers without)")
 	fs.IntVar(&c.GlobalBatch, "batch", c.GlobalBatch, fmt.Sprintf("global batch: samples per iteration over all workers (0: %d)", DefaultGlobalBatch))
-	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal)")
+	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal); implies --balance static")
+	fs.StringVar(&c.Balance, "balance", c.Balance, "how shares are decided: lbbsp (from measured compute times) or static (equal, or --shares) (empty: lbbsp)")
+	fs.BoolVar(&c.BalanceAllowZero, "balance-allow-zero", c.BalanceAllowZero, "let balancing give a very slow worker no samples")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -102,13 +103,13 @@ const (
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 2
+const recordVersion = 3
 
 // Sizes of the record's fixed arrays.
 const (
 	aliveWords  = 4 // alive bitmap: 64 members per word, so MaxView is 256
 	joinerSlots = 8 // pending joiners listed per boundary
-	spareWords  = 7 // room for the balance inputs (caps, link probes)
+	spareWords  = 2 // room for further balance inputs (link probes)
 )
 
 // record is one worker's row of a vote. Every worker sends the same
@@ -143,14 +144,22 @@ type record struct {
 	// joiners are hashes (joinerHash) of the pending workers this worker's
 	// gossip lists, ascending; 0 marks an empty slot.
 	joiners [joinerSlots]uint64
+	// model is this worker's fitted compute model (zero: none yet), and
+	// speedChanged says its estimator saw its speed change.
+	model        balance.Model
+	speedChanged bool
+	// minShare and maxShare bound this worker's share (maxShare 0: no cap
+	// of its own).
+	minShare, maxShare int64
 }
 
-const recordLen = 13 + aliveWords + joinerSlots + spareWords
+const recordLen = 18 + aliveWords + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
 	row = append(row, recordVersion<<8|r.kind, r.iter, r.share, r.compute, int64(r.decision),
-		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall, boolInt(r.leave), r.minWorkers, r.maxWorkers)
+		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall, boolInt(r.leave), r.minWorkers, r.maxWorkers,
+		r.model.FixedNs, r.model.RateMicro, boolInt(r.speedChanged), r.minShare, r.maxShare)
 	for _, a := range r.alive {
 		row = append(row, int64(a))
 	}
@@ -163,12 +172,14 @@ func (r *record) encode() []int64 {
 func decodeRecord(row []int64) (record, int64) {
 	r := record{kind: row[0] & 0xff, iter: row[1], share: row[2], compute: row[3], decision: uint64(row[4]),
 		status: row[5], digest: uint64(row[6]), hashNs: row[7], layout: uint64(row[8]), wall: row[9],
-		leave: row[10] != 0, minWorkers: row[11], maxWorkers: row[12]}
+		leave: row[10] != 0, minWorkers: row[11], maxWorkers: row[12],
+		model: balance.Model{FixedNs: row[13], RateMicro: row[14]}, speedChanged: row[15] != 0,
+		minShare: row[16], maxShare: row[17]}
 	for i := range r.alive {
-		r.alive[i] = uint64(row[13+i])
+		r.alive[i] = uint64(row[18+i])
 	}
 	for i := range r.joiners {
-		r.joiners[i] = uint64(row[13+aliveWords+i])
+		r.joiners[i] = uint64(row[18+aliveWords+i])
 	}
 	return r, row[0] >> 8
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/liveness"
@@ -172,6 +173,11 @@ type Worker struct {
 	// back under its ID at another address is dialled afresh.
 	dialled map[transport.PeerID]string
 	capped  int // joiners MaxWorkers kept out at the last boundary
+
+	// est fits this worker's compute model from its own iterations; bst
+	// is the share decision's state, the same on every member.
+	est balance.Estimator
+	bst balance.State
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -366,7 +372,7 @@ func (w *Worker) agree(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r+1))
 		}
 		if rec.decision != recs[0].decision {
-			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, RNGSeed, DatasetSize) from rank 0 (%s)",
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, Balance, RNGSeed, DatasetSize) from rank 0 (%s)",
 				ErrDiverged, r+1, vs.ids[r+1], vs.ids[0]))
 		}
 	}
@@ -404,6 +410,8 @@ func (w *Worker) settingsDigest() uint64 {
 	put(uint64(w.cfg.GlobalBatch))
 	put(w.cfg.RNGSeed)
 	put(uint64(w.cfg.DatasetSize))
+	h.Write([]byte(w.cfg.Balance))
+	put(uint64(boolInt(w.cfg.BalanceAllowZero)))
 	if w.node == nil {
 		for _, s := range w.cur.shares {
 			put(uint64(s))
@@ -625,6 +633,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		}
 	}
 	known := w.membershipRecord(&rec)
+	w.balanceRecord(&rec)
 	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
 		return Change{}, err
@@ -644,6 +653,9 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	w.started, w.compute, w.lastVote = time.Time{}, 0, time.Now()
 	ch := Change{Iter: w.iter, ViewChanged: d.Changed, SharesChanged: d.Changed,
 		Admitted: memberIDs(d.Admitted), Departed: memberIDs(d.Left)}
+	if !d.Changed && w.cfg.Balance == BalanceLBBSP {
+		ch.SharesChanged = w.rebalance(recs)
+	}
 	if d.Changed {
 		if err := w.changeView(ctx, d, false); err != nil {
 			return Change{}, err

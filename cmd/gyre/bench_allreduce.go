@@ -177,6 +177,9 @@ func printReport(cmd *cobra.Command, rep benchReport, jsonFile string) error {
 	return nil
 }
 
+// failLeaveTimeout bounds the leave after a failed benchmark.
+const failLeaveTimeout = 5 * time.Second
+
 // inJob reports whether the environment makes this process a worker of a
 // job (static peers or gossip) rather than the launcher of one.
 func (c *cli) inJob() bool {
@@ -205,6 +208,15 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	}
 	rep, err := bench.RunAllReduce(ctx, comm, o)
 	if err != nil {
+		// The ring aborted the collective on every rank. Leaving together
+		// (a barrier on the control channel, then farewells) lets the
+		// abort markers that tell each peer why land before anyone closes;
+		// if a peer is gone, Leave fails and the worker closes anyway.
+		lctx, cancel := context.WithTimeout(ctx, failLeaveTimeout)
+		defer cancel()
+		if lerr := w.Leave(lctx); lerr != nil {
+			c.log.Debug().Err(lerr).Msg("leaving after the failure")
+		}
 		return err
 	}
 	// Leave ends the job together: no rank closes while a peer may still

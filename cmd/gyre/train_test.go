@@ -10,7 +10,7 @@ import (
 // and checks the report: progress rows, equal shares and the summary.
 func TestTrainMultiProcess(t *testing.T) {
 	out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "launch", "-n", "2", "--",
-		"train", "--iters", "60", "--eval-every", "30", "--batch", "64")
+		"train", "--iters", "60", "--eval-every", "30", "--batch", "64", "--balance", "static")
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr)
 	}
