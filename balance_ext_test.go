@@ -3,7 +3,9 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +93,106 @@ func TestBalanceMovesSharesToTheFastWorkers(t *testing.T) {
 			}
 			gyretest.EnsureSameState(t, c.States...)
 		})
+	}
+}
+
+// TestEpochCoveredOnceThroughChanges: over one epoch in which the shares
+// change (balancing, one worker slow), the membership changes (a worker
+// joins) and one iteration is abandoned and run again, the committed
+// iterations of all workers together use every sample index exactly once.
+// (The iteration is abandoned two after the join, by all three workers.)
+func TestEpochCoveredOnceThroughChanges(t *testing.T) {
+	const global, size, redoAfter = 24, 600, 2 // 25 iterations per epoch
+	const iters = size / global
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 2, Gossip: true,
+		Config: func(r int, c *gyre.Config) { c.GlobalBatch, c.DatasetSize = global, size },
+		State:  func(int) *gyre.State { return newToy().state() }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	used := map[int64]int{}
+	sharesSeen := map[string]bool{}
+	admitted := make(chan struct{})
+	var redos int
+	train := func(r int, w *gyre.Worker) error {
+		redone, joinedAt := false, int64(-1)
+		for w.Iter() < iters {
+			b := w.Batch()
+			if w.Size() == 3 && joinedAt < 0 {
+				joinedAt = b.Iter // the same iteration on every worker
+			}
+			if r == 1 {
+				time.Sleep(time.Duration(len(b.Indices)) * 200 * time.Microsecond) // the slow one
+			}
+			g := make([]float64, toyDim)
+			w.AllReduceAsync64(ctx, "g", g)
+			if joinedAt >= 0 && b.Iter == joinedAt+redoAfter && !redone { // every worker gives this one up
+				redone = true
+				mu.Lock()
+				redos++
+				mu.Unlock()
+				if err := w.Abandon(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+			ch, err := w.Boundary(ctx)
+			if err != nil {
+				return err
+			}
+			if err := w.Commit(); err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, i := range b.Indices {
+				used[i]++
+			}
+			sharesSeen[fmt.Sprint(ch.Shares)] = true
+			mu.Unlock()
+			if len(ch.Admitted) > 0 && r == 0 {
+				close(admitted)
+			}
+			if w.Size() < 3 && b.Iter >= 8 {
+				time.Sleep(20 * time.Millisecond) // give the joiner time to be admitted mid-epoch
+			}
+		}
+		return w.Leave(ctx)
+	}
+	joiner := c.AddJoiner(t)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { errs[r] = train(r, c.Workers[r]) })
+	}
+	jw, err := joiner.Wait(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs[2] = train(2, jw)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-admitted:
+	default:
+		t.Fatal("the joiner was never reported admitted")
+	}
+	if redos != 3 {
+		t.Fatalf("%d workers redid an iteration, want all 3", redos)
+	}
+	if len(used) != size {
+		t.Fatalf("%d distinct samples used, want %d", len(used), size)
+	}
+	for i, n := range used {
+		if n != 1 || i < 0 || i >= size {
+			t.Fatalf("sample %d used %d times", i, n)
+		}
+	}
+	if len(sharesSeen) < 3 {
+		t.Fatalf("shares took only %d values (%v): balancing and the join should have changed them", len(sharesSeen), sharesSeen)
 	}
 }
