@@ -1,6 +1,9 @@
 package kernels
 
 import (
+	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -41,5 +44,90 @@ func TestMemInfo(t *testing.T) {
 	}
 	if total, avail := memInfo(nil); total != 0 || avail != 0 {
 		t.Fatalf("memInfo(nil) = %d, %d", total, avail)
+	}
+}
+
+// fakeTree writes files (path relative to dir → content) and returns dir.
+func fakeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestCPUQuota reads the CFS quota from fake cgroup trees: v1 with the cpu
+// controller mounted alone or with cpuacct, v2, nested cgroups whose
+// parent is tighter, no quota, and no cgroup files at all (as inside a
+// network namespace that remounted /sys).
+func TestCPUQuota(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		files map[string]string
+		want  float64
+	}{
+		{"v1 cpu,cpuacct", map[string]string{
+			"proc/self/cgroup":                            "4:memory:/job\n3:cpu,cpuacct:/job/w1\n0::/\n",
+			"cgroup/cpu,cpuacct/job/w1/cpu.cfs_quota_us":  "25000\n",
+			"cgroup/cpu,cpuacct/job/w1/cpu.cfs_period_us": "100000\n",
+		}, 0.25},
+		{"v1 cpu alone, parent tighter", map[string]string{
+			"proc/self/cgroup":                 "2:cpuacct:/\n1:cpu:/a/b\n",
+			"cgroup/cpu/a/b/cpu.cfs_quota_us":  "150000",
+			"cgroup/cpu/a/b/cpu.cfs_period_us": "100000",
+			"cgroup/cpu/a/cpu.cfs_quota_us":    "50000",
+			"cgroup/cpu/a/cpu.cfs_period_us":   "100000",
+			"cgroup/cpu/cpu.cfs_quota_us":      "-1",
+			"cgroup/cpu/cpu.cfs_period_us":     "100000",
+		}, 0.5},
+		{"v1 no quota", map[string]string{
+			"proc/self/cgroup":             "1:cpu:/\n",
+			"cgroup/cpu/cpu.cfs_quota_us":  "-1",
+			"cgroup/cpu/cpu.cfs_period_us": "100000",
+		}, 0},
+		{"v2", map[string]string{
+			"proc/self/cgroup":             "0::/user.slice/w1\n",
+			"cgroup/user.slice/w1/cpu.max": "150000 100000\n",
+			"cgroup/user.slice/cpu.max":    "max 100000\n",
+		}, 1.5},
+		{"v2 parent tighter", map[string]string{
+			"proc/self/cgroup":      "0::/job/w1\n",
+			"cgroup/job/w1/cpu.max": "max 100000\n",
+			"cgroup/job/cpu.max":    "15000 100000\n",
+		}, 0.15},
+		{"no cgroup files", map[string]string{"proc/self/cgroup": "0::/gone\n"}, 0},
+		{"garbage", map[string]string{
+			"proc/self/cgroup": "nonsense\n0::/x\n",
+			"cgroup/x/cpu.max": "lots 0",
+		}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := fakeTree(t, tt.files)
+			d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: filepath.Join(dir, "cgroup")})
+			if math.Abs(d.CPUQuota-tt.want) > 1e-12 {
+				t.Fatalf("CPUQuota %v, want %v", d.CPUQuota, tt.want)
+			}
+			if want := math.Min(float64(runtime.NumCPU()), tt.want); tt.want > 0 && d.Usable() != want {
+				t.Fatalf("Usable %v, want %v", d.Usable(), want)
+			}
+			if d.Kind != KindCPU || d.Name != "unknown" || d.Cores != runtime.NumCPU() {
+				t.Fatalf("a probe of a tree without cpuinfo: %+v", d)
+			}
+		})
+	}
+}
+
+// TestProbeLoad reads the load average from a fake /proc.
+func TestProbeLoad(t *testing.T) {
+	dir := fakeTree(t, map[string]string{"proc/loadavg": "3.25 2.00 1.00 2/300 1234\n"})
+	if d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: dir}); d.Load != 3.25 || d.CPUQuota != 0 {
+		t.Fatalf("Load %v, CPUQuota %v", d.Load, d.CPUQuota)
 	}
 }
