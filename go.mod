@@ -3,6 +3,7 @@ module github.com/gyre-ml/gyre
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/hashicorp/go-multierror v1.1.1
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/mattn/go-isatty v0.0.20

@@ -15,8 +15,8 @@ import (
 // Kind is the kind of a compute device.
 type Kind uint8
 
-// Device kinds. Only KindCPU is probed today; KindGPU arrives with the NVML
-// probe (build tag cgo && linux), which will report one Device per GPU.
+// Device kinds: Probe reports the host CPU, GPUs the NVIDIA GPUs through
+// NVML (built with cgo on Linux; none otherwise).
 const (
 	KindCPU Kind = iota + 1
 	KindGPU
@@ -39,7 +39,7 @@ type Device struct {
 	Kind  Kind
 	Index int    // position among devices of the same Kind; 0 for the host CPU
 	Name  string // model name, e.g. "Intel(R) Xeon(R) Processor"; "unknown" if unreadable
-	Cores int    // logical CPUs usable by this process (runtime.NumCPU); for a GPU, its multiprocessors
+	Cores int    // logical CPUs usable by this process (runtime.NumCPU); for a GPU, its CUDA cores
 
 	// MemoryBytes is the device's total memory: for the CPU, the host's
 	// RAM (MemTotal in /proc/meminfo); 0 if unknown.
