@@ -56,8 +56,11 @@ const (
 	// weighs half as much as the newest.
 	DefaultHalfLife = 8.0
 	// DefaultChangeRatio is the relative error of the prediction beyond
-	// which an iteration counts as a change of speed.
-	DefaultChangeRatio = 0.3
+	// which an iteration counts as a change of speed. It is wide because
+	// short iterations on a CPU-capped host are noisy: a CFS quota is
+	// granted per 100 ms period, so an iteration of a few periods runs
+	// at full speed or stalls for the rest of one.
+	DefaultChangeRatio = 0.5
 	// DefaultChangeConfirm is how many iterations in a row must show the
 	// change before the history is dropped.
 	DefaultChangeConfirm = 2
@@ -77,7 +80,7 @@ type Estimator struct {
 	ChangeConfirm int     // default DefaultChangeConfirm
 
 	obs    []Obs // oldest first, at most Window
-	misses int   // iterations in a row the model mispredicted
+	misses int   // iterations in a row slower than the model predicted
 }
 
 func (e *Estimator) defaults() {
@@ -95,20 +98,22 @@ func (e *Estimator) defaults() {
 	}
 }
 
-// Add records an iteration and reports whether the worker's speed
-// changed: the model fitted before it mispredicted this and the previous
-// ChangeConfirm-1 iterations by more than ChangeRatio. Then the history
-// is cut to those iterations, so the next Fit follows the new speed at
-// once. Iterations with no samples or no time carry no information and
-// are skipped.
+// Add records an iteration and reports whether the worker slowed down:
+// this and the previous ChangeConfirm-1 iterations took over ChangeRatio
+// longer than the model fitted before them predicted. Then the history is
+// cut to those iterations, so the next Fit follows the new speed at once,
+// and the shares may jump rather than creep, since everyone waits for a
+// straggler. A worker that gets faster is followed by the recency weights
+// alone: on a CPU-capped host a small share fits in one period's quota
+// and runs at full speed, which is no lasting change. Iterations with no
+// samples or no time carry no information and are skipped.
 func (e *Estimator) Add(o Obs) (changed bool) {
 	e.defaults()
 	if o.Samples <= 0 || !(o.Seconds > 0) || math.IsInf(o.Seconds, 0) {
 		return false
 	}
 	if m, ok := e.Fit(); ok {
-		pred := m.Seconds(o.Samples)
-		if math.Abs(o.Seconds-pred) > e.ChangeRatio*pred {
+		if pred := m.Seconds(o.Samples); o.Seconds > (1+e.ChangeRatio)*pred {
 			e.misses++
 		} else {
 			e.misses = 0

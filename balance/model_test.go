@@ -74,6 +74,13 @@ func TestChangeDetection(t *testing.T) {
 	if e.Add(Obs{Samples: 100, Seconds: 1}) {
 		t.Fatal("a change after the outlier passed")
 	}
+	if e.Add(Obs{Samples: 100, Seconds: 0.3}) || e.Add(Obs{Samples: 100, Seconds: 3}) || e.Add(Obs{Samples: 100, Seconds: 0.3}) ||
+		e.Add(Obs{Samples: 100, Seconds: 0.3}) {
+		t.Fatal("faster iterations, or noise both ways, counted as a change")
+	}
+	for range 10 {
+		e.Add(Obs{Samples: 100, Seconds: 1})
+	}
 	if e.Add(Obs{Samples: 100, Seconds: 3.3}) {
 		t.Fatal("a change after one slow iteration")
 	}

@@ -12,6 +12,14 @@
 # CLUSTER_ID=K (0-9) picks the cluster, as the cluster script reads it;
 # runs with the same id must not overlap. OUT=DIR keeps the outputs there
 # (default bench/out/cluster-TIMESTAMP/).
+# Options, as variables:
+#   CPU=P1,P2,...   cap host i's processes to Pi% of one core ("-" or off:
+#                   none); capped hosts run with GOMAXPROCS=MAXPROCS
+#   MAXPROCS=K      GOMAXPROCS in capped hosts (default 1)
+#   RACKS=R         hosts in R racks (host i in rack (i-1)%R+1)
+#   TRUNK=RATE      cap every rack's uplink both ways (with RACKS > 1)
+#   KILL=I:SECONDS  kill -9 host I's worker SECONDS after the start, and
+#                   report how long rank 0 took to exit after it
 #
 # It builds gyre, brings up N hosts, writes a cluster key, starts ranks N-1
 # to 1 in the background and rank 0 in the foreground, and prints rank 0's
@@ -33,33 +41,53 @@ command -v ip >/dev/null && command -v tc >/dev/null || "$cluster" deps
 
 trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
-"$cluster" up "$n"
+"$cluster" up "$n" "${RACKS:-1}"
+[ -z "${TRUNK:-}" ] || "$cluster" trunk "$TRUNK"
 peers=""
 for i in $(seq 1 "$n"); do
   [ "$rate" = off ] || "$cluster" rate "$i" "$rate"
   peers="$peers${peers:+,}$("$cluster" addr "$i"):7947"
+done
+# cap I: host I's CPU cap from CPU, or empty.
+cap() { echo "${CPU:-}" | tr ',' '\n' | sed -n "${1}p" | grep -Ev '^(-|off|)$' || true; }
+for i in $(seq 1 "$n"); do
+  [ -z "$(cap "$i")" ] || "$cluster" cpu "$i" "$(cap "$i")"
 done
 "$gyre" keygen --out "$out/cluster.key" 2>/dev/null
 
 # The hosts share this machine's cores with anything else running: keep the
 # load and the busiest processes beside the results.
 load() { echo "load $1: $(uptime | sed 's/^ *//')"; ps -eo pcpu=,comm= --sort=-pcpu | grep -v ' ps$' | head -n 4 | sed 's/^/  busiest: /'; }
-{ echo "hosts $n  rate $rate  command: gyre $*"; load before; } > "$out/load.txt"
+{ echo "hosts $n  rate $rate  cpu ${CPU:-none}  racks ${RACKS:-1}  trunk ${TRUNK:-none}  command: gyre $*"; load before; } > "$out/load.txt"
 # worker RANK: rank RANK in host RANK+1, bound to that host's own address.
 worker() {
   rank=$1; shift
   addr=$("$cluster" addr $((rank + 1)))
-  "$cluster" run $((rank + 1)) env GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
+  procs=""
+  [ -z "$(cap $((rank + 1)))" ] || procs="GOMAXPROCS=${MAXPROCS:-1}"
+  "$cluster" run $((rank + 1)) env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
     GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
-    "$gyre" --log-level warn "$@"
+    "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json "$@"
 }
 pids=""
 for r in $(seq $((n - 1)) -1 1); do
   worker "$r" "$@" > "$out/rank$r.txt" 2> "$out/rank$r.log" &
   pids="$pids $!"
 done
+if [ -n "${KILL:-}" ]; then
+  victim=${KILL%%:*} after=${KILL#*:}
+  (
+    sleep "$after"
+    date +%s%N > "$out/kill.txt"
+    for p in $(ip netns pids "gy${CLUSTER_ID:-0}h$victim"); do kill -9 "$p"; done
+  ) &
+fi
 status=0
 worker 0 "$@" > "$out/rank0.txt" 2> "$out/rank0.log" || status=$?
+ended=$(date +%s%N)
+if [ -s "$out/kill.txt" ]; then
+  echo "# kill -9 of host $victim's worker: rank 0 exited $(( (ended - $(cat "$out/kill.txt")) / 1000000 )) ms later (status $status): $(grep -o 'lost rank [0-9]*[^:]*' "$out/rank0.log" | head -1)" >> "$out/load.txt"
+fi
 # A failed rank 0 leaves the others waiting for it: stop the hosts' processes.
 [ "$status" -eq 0 ] || "$cluster" down >/dev/null 2>&1 || true
 for p in $pids; do
