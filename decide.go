@@ -109,15 +109,18 @@ type viewDecision struct {
 	Admitted, Left []member
 	// Start says the view is large enough for iteration 0 (before it).
 	Start bool
-	// Capped counts joiners every member listed but MaxWorkers kept out.
+	// Capped counts joiners every member listed but MaxWorkers, or a
+	// global batch too small for one more minimum share, kept out.
 	Capped int
 }
 
 // decideView applies the membership rule to a boundary's table. cur is the
 // current view in ring order, recs the records in rank order. known
 // resolves the joiner hashes this worker listed; a joiner every member
-// listed is one this worker listed, so it always resolves.
-func decideView(iter int64, cur []member, recs []record, known map[uint64]member) (viewDecision, error) {
+// listed is one this worker listed, so it always resolves. batchFit is
+// the most workers the global batch can give their minimum share (0: no
+// limit); joiners beyond it stay pending, as beyond MaxWorkers.
+func decideView(iter int64, cur []member, recs []record, known map[uint64]member, batchFit int) (viewDecision, error) {
 	var d viewDecision
 	unseen := map[int][]int{}
 	for r, rec := range recs {
@@ -156,7 +159,11 @@ func decideView(iter int64, cur []member, recs []record, known map[uint64]member
 		joiners = append(joiners, m)
 	}
 	slices.SortFunc(joiners, compareMembers)
-	room := max(int(maxWorkers)-len(d.Members), 0)
+	limit := int(maxWorkers)
+	if batchFit > 0 {
+		limit = min(limit, batchFit)
+	}
+	room := max(limit-len(d.Members), 0)
 	if len(joiners) > room {
 		d.Capped = len(joiners) - room
 		joiners = joiners[:room]

@@ -35,6 +35,13 @@ type simWorker struct {
 // the same outcome.
 func simBoundary(t *testing.T, view []member, ws []simWorker) (viewDecision, error) {
 	t.Helper()
+	return simBoundaryFit(t, view, ws, 0)
+}
+
+// simBoundaryFit is simBoundary with a limit on the workers the global
+// batch fits.
+func simBoundaryFit(t *testing.T, view []member, ws []simWorker, batchFit int) (viewDecision, error) {
+	t.Helper()
 	recs := make([]record, len(ws))
 	knowns := make([]map[uint64]member, len(ws))
 	for r, w := range ws {
@@ -51,7 +58,7 @@ func simBoundary(t *testing.T, view []member, ws []simWorker) (viewDecision, err
 	var first viewDecision
 	var firstErr error
 	for r := range ws {
-		d, err := decideView(7, view, recs, knowns[r])
+		d, err := decideView(7, view, recs, knowns[r], batchFit)
 		if r == 0 {
 			first, firstErr = d, err
 			continue
@@ -124,6 +131,28 @@ func TestDecideLeaveAndMaxWorkers(t *testing.T) {
 	want := []member{view[0], view[2], joiners[0], joiners[1]}
 	if !slices.Equal(d.Members, want) || !slices.Equal(d.Left, []member{view[1]}) || d.Capped != 1 {
 		t.Fatalf("view %v left %v capped %d; want %v, [%v], 1", d.Members, d.Left, d.Capped, want, view[1])
+	}
+}
+
+// TestDecideGlobalBatchLimitsAdmission: with a global batch of 3 and at
+// least one sample per worker, a view of 2 admits one of two joiners; the
+// other stays pending (Capped).
+func TestDecideGlobalBatchLimitsAdmission(t *testing.T) {
+	view := testMembers("127.0.0.1:9001", "127.0.0.1:9002")
+	joiners := testMembers("127.0.0.1:9010", "127.0.0.1:9011")
+	ws := workersOf(view)
+	for r := range ws {
+		ws[r].pending = joiners
+	}
+	d, err := simBoundaryFit(t, view, ws, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Members) != 3 || !slices.Equal(d.Admitted, joiners[:1]) || d.Capped != 1 {
+		t.Fatalf("view %v admitted %v capped %d; want one joiner in and one pending", d.Members, d.Admitted, d.Capped)
+	}
+	if d, _ := simBoundaryFit(t, view, ws, 0); len(d.Admitted) != 2 {
+		t.Fatalf("with no limit %v were admitted", d.Admitted)
 	}
 }
 

@@ -231,7 +231,7 @@ func (w *Worker) admit(ctx context.Context) (bool, error) {
 	if err := w.settle(ctx, vs, errors.Join(errs...)); err != nil {
 		return false, err
 	}
-	d, err := decideView(w.iter, vs.members, recs, known)
+	d, err := decideView(w.iter, vs.members, recs, known, w.batchFit())
 	if err != nil {
 		return false, w.settle(ctx, vs, err)
 	}
@@ -258,8 +258,9 @@ func (w *Worker) noteCapped(d viewDecision) {
 	if d.Capped == 0 {
 		ev = w.log.Info()
 	}
-	ev.Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Int("world", len(d.Members)).
-		Msg("joiners that every member lists stay pending: the view is at MaxWorkers")
+	ev.Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Int("global_batch", w.cfg.GlobalBatch).
+		Int("world", len(d.Members)).
+		Msg("joiners that every member lists stay pending: the view is at MaxWorkers, or one more worker would get no sample of the global batch")
 }
 
 // changeView moves to the view d decided. Every member first proves at a

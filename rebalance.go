@@ -23,6 +23,16 @@ func (w *Worker) balanceRecord(rec *record) {
 	rec.model, _ = w.est.Fit()
 }
 
+// batchFit is the most workers the global batch can give at least one
+// sample each (0: no limit, with BalanceAllowZero): a joiner beyond it is
+// not admitted.
+func (w *Worker) batchFit() int {
+	if w.cfg.BalanceAllowZero {
+		return 0
+	}
+	return w.cfg.GlobalBatch
+}
+
 // rebalance decides the next shares from the boundary's table, the same
 // on every member, and reports whether they changed. It waits until every
 // worker has a model (a joiner's first iteration gives it one). A table

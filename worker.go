@@ -641,7 +641,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
 		return Change{}, err
 	}
-	d, err := decideView(w.iter, vs.members, recs, known)
+	d, err := decideView(w.iter, vs.members, recs, known, w.batchFit())
 	if err != nil {
 		return Change{}, w.settle(ctx, vs, err)
 	}
