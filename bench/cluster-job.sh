@@ -20,6 +20,9 @@
 #   TRUNK=RATE      cap every rack's uplink both ways (with RACKS > 1)
 #   KILL=I:SECONDS  kill -9 host I's worker SECONDS after the start, and
 #                   report how long rank 0 took to exit after it
+#   RECAP=I:P:SECONDS  set host I's CPU cap to P% SECONDS after the start
+#   LOGLEVEL=L      the workers' log level (default warn)
+# In GYRE_ARGS, @RANK@ becomes the worker's rank (for --metrics-file).
 #
 # It builds gyre, brings up N hosts, writes a cluster key, starts ranks N-1
 # to 1 in the background and rank 0 in the foreground, and prints rank 0's
@@ -65,9 +68,13 @@ worker() {
   addr=$("$cluster" addr $((rank + 1)))
   procs=""
   [ -z "$(cap $((rank + 1)))" ] || procs="GOMAXPROCS=${MAXPROCS:-1}"
+  # @RANK@ in an argument becomes the rank (arguments have no spaces).
+  args=""
+  for a in "$@"; do args="$args $(printf '%s' "$a" | sed "s/@RANK@/$rank/g")"; done
+  # shellcheck disable=SC2086
   "$cluster" run $((rank + 1)) env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
     GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
-    "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json "$@"
+    "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json $args
 }
 pids=""
 for r in $(seq $((n - 1)) -1 1); do
@@ -81,6 +88,10 @@ if [ -n "${KILL:-}" ]; then
     date +%s%N > "$out/kill.txt"
     for p in $(ip netns pids "gy${CLUSTER_ID:-0}h$victim"); do kill -9 "$p"; done
   ) &
+fi
+if [ -n "${RECAP:-}" ]; then
+  host=${RECAP%%:*} rest=${RECAP#*:}
+  (sleep "${rest#*:}" && "$cluster" cpu "$host" "${rest%%:*}" && date +%s%N > "$out/recap.txt") &
 fi
 status=0
 worker 0 "$@" > "$out/rank0.txt" 2> "$out/rank0.log" || status=$?

@@ -212,16 +212,18 @@ func TestGossipJoinEight(t *testing.T) {
 // lossArgv is gyre train with a larger batch, whose training is tame
 // enough that runs with different numbers of workers (summing in other
 // orders) keep losses within 1e-12 of each other for thousands of
-// iterations, each process writing its losses to dir/loss-INDEX.txt.
+// iterations, each process writing its metrics to dir/metrics-INDEX.jsonl.
+// Balancing is off: shares that follow the machine's noise would make the
+// runs differ for no reason of the membership's.
 func lossArgv(gyre, dir string, iters int) func(int) []string {
 	return func(r int) []string {
 		return []string{gyre, "--log-level", "info", "--log-format", "json", "train", "--iters", strconv.Itoa(iters),
-			"--target-acc", "0", "--hidden", "32", "--batch", "512", "--eval-every", "100",
-			"--loss-file", filepath.Join(dir, fmt.Sprintf("loss-%d.txt", r))}
+			"--target-acc", "0", "--hidden", "32", "--batch", "512", "--eval-every", "100", "--balance", "static",
+			"--metrics-file", filepath.Join(dir, fmt.Sprintf("metrics-%d.jsonl", r))}
 	}
 }
 
-// readLosses reads a --loss-file.
+// readLosses reads the losses of a --metrics-file.
 func readLosses(t *testing.T, path string) map[int]float64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -230,12 +232,14 @@ func readLosses(t *testing.T, path string) map[int]float64 {
 	}
 	losses := make(map[int]float64)
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var it int
-		var loss float64
-		if _, err := fmt.Sscanf(line, "%d %g", &it, &loss); err != nil {
+		var m struct {
+			Iter int
+			Loss float64
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("%s: %q: %v", path, line, err)
 		}
-		losses[it] = loss
+		losses[m.Iter] = m.Loss
 	}
 	return losses
 }
@@ -268,9 +272,9 @@ func TestElasticJoin(t *testing.T) {
 	if out, err := ref.CombinedOutput(); err != nil {
 		t.Fatalf("the single-worker reference run: %v\n%s", err, out)
 	}
-	want := readLosses(t, filepath.Join(dir, "loss-99.txt"))
+	want := readLosses(t, filepath.Join(dir, "metrics-99.jsonl"))
 	for r := range res {
-		got := readLosses(t, filepath.Join(dir, fmt.Sprintf("loss-%d.txt", r)))
+		got := readLosses(t, filepath.Join(dir, fmt.Sprintf("metrics-%d.jsonl", r)))
 		first := iters
 		for it, loss := range got {
 			first = min(first, it)

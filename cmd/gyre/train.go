@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,15 +21,15 @@ import (
 )
 
 type trainFlags struct {
-	iters     int64
-	targetAcc float64
-	evalEvery int64
-	overlap   bool
-	hidden    int
-	modelSeed uint64
-	dataSeed  uint64
-	timeout   time.Duration
-	lossFile  string
+	iters       int64
+	targetAcc   float64
+	evalEvery   int64
+	overlap     bool
+	hidden      int
+	modelSeed   uint64
+	dataSeed    uint64
+	timeout     time.Duration
+	metricsFile string
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
@@ -72,7 +73,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
-	f.StringVar(&fl.lossFile, "loss-file", "", "write each iteration's global mean loss to this file, one \"ITER LOSS\" line each, at full precision")
+	f.StringVar(&fl.metricsFile, "metrics-file", "", "write a JSON line per iteration to this file: iter, loss (global mean, exact), shares, rank, seconds, samples_per_sec")
 	cfg.GlobalBatch = mlp.DefaultBatch
 	cfg.BindPFlags(f)
 	return cmd
@@ -133,19 +134,24 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
-	var onIter func(int64, float64)
-	if fl.lossFile != "" {
-		f, err := os.Create(fl.lossFile)
+	var onIter func(train.Iteration)
+	if fl.metricsFile != "" {
+		f, err := os.Create(fl.metricsFile)
 		if err != nil {
-			return fmt.Errorf("--loss-file: %w", err)
+			return fmt.Errorf("--metrics-file: %w", err)
 		}
-		losses := bufio.NewWriter(f)
+		buf := bufio.NewWriter(f)
+		enc := json.NewEncoder(buf)
 		defer func() {
-			if err := errors.Join(losses.Flush(), f.Close()); err != nil {
-				c.log.Error().Err(err).Str("file", fl.lossFile).Msg("losses not all written")
+			if err := errors.Join(buf.Flush(), f.Close()); err != nil {
+				c.log.Error().Err(err).Str("file", fl.metricsFile).Msg("metrics not all written")
 			}
 		}()
-		onIter = func(iter int64, loss float64) { fmt.Fprintf(losses, "%d %.17g\n", iter, loss) }
+		onIter = func(it train.Iteration) {
+			enc.Encode(IterationMetrics{Iter: it.Iter, Loss: it.Loss, Shares: it.Shares, Rank: it.Rank,
+				Seconds: it.Seconds, SamplesPerSec: float64(cfg.GlobalBatch) / it.Seconds,
+				Start: float64(it.Start.UnixNano()) / 1e9})
+		}
 	}
 	state := job.State()
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
@@ -189,6 +195,20 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 			verdict, 100*res.Acc, res.Iters, res.Elapsed.Round(time.Millisecond), res.SamplesPerSec)
 	}
 	return w.Leave(ctx)
+}
+
+// IterationMetrics is one line of --metrics-file. encoding/json writes a
+// float64 in the shortest form that reads back exactly, so Loss can be
+// compared bit for bit.
+type IterationMetrics struct {
+	Iter          int64   `json:"iter"`
+	Loss          float64 `json:"loss"`
+	Shares        []int   `json:"shares"`
+	Rank          int     `json:"rank"`
+	Seconds       float64 `json:"seconds"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	// Start is when the iteration began, in seconds since 1970.
+	Start float64 `json:"start"`
 }
 
 func shareList(shares []int) string {

@@ -34,9 +34,19 @@ type Options struct {
 	NoOverlap bool
 	// Progress, if set, is called after each evaluation, on every worker.
 	Progress func(Progress)
-	// OnIteration, if set, is called at the end of every iteration with
-	// its global mean loss, on every worker.
-	OnIteration func(iter int64, loss float64)
+	// OnIteration, if set, is called at the end of every committed
+	// iteration, on every worker.
+	OnIteration func(Iteration)
+}
+
+// Iteration is what OnIteration reports of one iteration.
+type Iteration struct {
+	Iter    int64
+	Loss    float64   // the global mean loss
+	Shares  []int     // the shares it ran with, in rank order
+	Rank    int       // this worker's rank in it
+	Seconds float64   // wall time from Batch to the end of its Boundary (no evaluation)
+	Start   time.Time // when it began (Batch)
 }
 
 // Progress is a report at an evaluation.
@@ -128,7 +138,9 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		res     Result
 	)
 	for w.Iter() < o.Iters {
+		began := time.Now()
 		b := w.Batch()
+		shares, rank := w.Shares(), w.Rank()
 		x, labels = j.Data.Batch(b.Indices, x, labels)
 		end := w.StartSpan(gyre.SpanForward)
 		l, err := j.Model.Forward(x, labels)
@@ -177,7 +189,8 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		}
 		res.Iters, res.Loss = w.Iter(), loss[0]
 		if o.OnIteration != nil {
-			o.OnIteration(w.Iter()-1, loss[0])
+			o.OnIteration(Iteration{Iter: w.Iter() - 1, Loss: loss[0], Shares: shares, Rank: rank, Seconds: time.Since(began).Seconds(),
+				Start: began})
 		}
 		last := w.Iter() == o.Iters
 		if w.Iter()%o.EvalEvery != 0 && !last {

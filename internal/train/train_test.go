@@ -32,7 +32,7 @@ func runJob(t *testing.T, n int, shares []int, iters int64, o Options) ([][]floa
 	errs := c.Run(func(r int, w *gyre.Worker) error {
 		o := o
 		o.Iters = iters
-		o.OnIteration = func(_ int64, loss float64) { losses[r] = append(losses[r], loss) }
+		o.OnIteration = func(it Iteration) { losses[r] = append(losses[r], it.Loss) }
 		var err error
 		results[r], err = Run(ctx, w, jobs[r], o)
 		return err
