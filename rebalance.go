@@ -57,8 +57,14 @@ func (w *Worker) rebalance(recs []record) bool {
 	if slices.Equal(next, vs.shares) {
 		return false
 	}
-	w.log.Debug().Ints("from", vs.shares).Ints("to", next).Bool("speed_changed", changed).
-		Float64("predicted_s", balance.Predict(ws, next)).Msg("shares rebalanced")
+	if e := w.log.Debug(); e.Enabled() {
+		models := make([]string, len(ws))
+		for i, x := range ws {
+			models[i] = x.Model.String()
+		}
+		e.Ints("from", vs.shares).Ints("to", next).Bool("speed_changed", changed).Strs("models", models).
+			Float64("predicted_s", balance.Predict(ws, next)).Msg("shares rebalanced")
+	}
 	vs.shares = next
 	return true
 }

@@ -9,7 +9,7 @@
 #      over the hosts is the ideal),
 #   2. `gyre train --balance static` on all hosts,
 #   3. `gyre train` (LB-BSP) on all hosts, with host 1's cap dropped to
-#      RECAP_TO percent (default 15) RECAP_AFTER seconds in (default 35),
+#      RECAP_TO percent (default 15) RECAP_AFTER seconds in (default 55),
 # each writing rank 0's per-iteration metrics, then `gyre bench balance`
 # reports every iteration's shares, time and samples/s and the figures:
 # steady-state rate against the ideal and against static, the largest
@@ -46,7 +46,7 @@ done
 extra="--balance static"
 job static "$hosts" "$caps" 30
 extra=""
-job lbbsp "$hosts" "$caps" 70 RECAP="1:${RECAP_TO:-15}:${RECAP_AFTER:-35}"
+job lbbsp "$hosts" "$caps" 80 RECAP="1:${RECAP_TO:-15}:${RECAP_AFTER:-55}"
 
 solo_flags=""
 for cap in $(echo "$caps" | tr ',' '\n'); do
@@ -55,5 +55,5 @@ done
 changed=$(awk '{printf "%.3f", $1 / 1e9}' "$out/lbbsp/recap.txt")
 "$out/lbbsp/gyre" bench balance --run "lbbsp=$out/lbbsp/metrics-0.jsonl" --run "static=$out/static/metrics-0.jsonl" \
   $solo_flags --change-time "$changed" --json "$out/balance.json" | tee "$out/balance.txt"
-echo "# hosts $hosts capped at $caps% of a core, GOMAXPROCS=1, transport $transport; host 1 to ${RECAP_TO:-15}% after ${RECAP_AFTER:-35} s of the lbbsp run"
+echo "# hosts $hosts capped at $caps% of a core, GOMAXPROCS=1, transport $transport; host 1 to ${RECAP_TO:-15}% after ${RECAP_AFTER:-55} s of the lbbsp run"
 echo "outputs in $out" >&2
