@@ -9,7 +9,7 @@
 //   - An Estimator runs on each worker over its own recent iterations
 //     (samples, compute seconds) and fits c(b) = a + b/v by
 //     recency-weighted least squares, with a change detector that forgets
-//     the history when the worker's speed changes. Its Model is quantised
+//     the history when the worker slows down sharply. Its Model is quantised
 //     to integers, so that the models every worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time
@@ -19,5 +19,5 @@
 //     worker, whatever its CPU, derives the same shares.
 //   - Step damps Solve's moves: it moves part of the way, keeps the shares
 //     when the predicted gain is small, halves its step when shares
-//     oscillate, and jumps at once when a worker's speed changed.
+//     oscillate, and jumps at once when a worker slowed down.
 package balance
