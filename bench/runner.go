@@ -144,9 +144,9 @@ func ExecPeer(exe string, prefix, env []string, stderr io.Writer) PeerStarter {
 	}
 }
 
-// stopPeer closes the peer's stdin and waits for it to exit, killing it
+// StopPeer closes the peer's stdin and waits for it to exit, killing it
 // if it has not within stopTimeout. The peer never outlives the parent.
-func stopPeer(p *PeerProcess) error {
+func StopPeer(p *PeerProcess) error {
 	p.Stdin.Close()
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()
@@ -236,7 +236,7 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 		return nil, err
 	}
 	defer func() {
-		if serr := stopPeer(proc); serr != nil && err == nil {
+		if serr := StopPeer(proc); serr != nil && err == nil {
 			err = fmt.Errorf("bench: peer: %w", serr)
 		}
 	}()

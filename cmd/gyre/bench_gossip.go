@@ -37,9 +37,6 @@ const (
 // of the measurement, coarse enough not to steal much CPU from gossip.
 const gossipPoll = 5 * time.Millisecond
 
-// gossipStopTimeout bounds a node process's exit once told to stop.
-const gossipStopTimeout = 5 * time.Second
-
 // GossipReport is the result of `bench gossip`, as written to --json.
 type GossipReport struct {
 	Command string        `json:"command"`
@@ -242,7 +239,7 @@ func gossipProcs(ctx context.Context, n int, start bench.PeerStarter) (time.Dura
 			p.Stdin.Close()
 		}
 		for _, p := range procs {
-			stopGossipNode(p)
+			bench.StopPeer(p) // stdin already closed: all stop at once
 		}
 	}()
 	type event struct {
@@ -320,22 +317,6 @@ func gossipProcs(ctx context.Context, n int, start bench.PeerStarter) (time.Dura
 		}
 	}
 	return last.Sub(t0), nil
-}
-
-// stopGossipNode waits for a node process told to stop (its stdin closed),
-// killing it after gossipStopTimeout.
-func stopGossipNode(p *bench.PeerProcess) {
-	done := make(chan struct{})
-	go func() {
-		p.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(gossipStopTimeout):
-		p.Kill()
-		<-done
-	}
 }
 
 // gossipLine is one parsed line of a node process.
