@@ -254,11 +254,11 @@ func (w *Worker) noteCapped(d viewDecision) {
 		return
 	}
 	w.capped = d.Capped
-	ev := w.log.Warn()
 	if d.Capped == 0 {
-		ev = w.log.Info()
+		w.log.Info().Int("world", len(d.Members)).Msg("no listed joiner is kept pending any more")
+		return
 	}
-	ev.Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Int("global_batch", w.cfg.GlobalBatch).
+	w.log.Warn().Int("waiting", d.Capped).Int("max_workers", w.cfg.MaxWorkers).Int("global_batch", w.cfg.GlobalBatch).
 		Int("world", len(d.Members)).
 		Msg("joiners that every member lists stay pending: the view is at MaxWorkers, or one more worker would get no sample of the global batch")
 }
@@ -323,10 +323,10 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	w.meta.publish(w.nodeMeta(epoch, rank))
 	ev := w.log.Info().Uint64("epoch", epoch).Int("rank", rank).Int("world", len(d.Members)).Int64("iter", w.iter)
 	if len(d.Admitted) > 0 {
-		ev = ev.Strs("admitted", idStrings(d.Admitted))
+		ev = ev.Strs("admitted", memberIDs(d.Admitted))
 	}
 	if len(d.Left) > 0 {
-		ev = ev.Strs("left", idStrings(d.Left))
+		ev = ev.Strs("left", memberIDs(d.Left))
 	}
 	ev.Msg("view changed")
 	if !prestart && len(d.Members) < w.cfg.MinWorkers {
@@ -336,19 +336,16 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	return nil
 }
 
-func idStrings(ms []member) []string {
+// memberIDs returns the members' IDs, nil for none.
+func memberIDs(ms []member) []string {
+	if len(ms) == 0 {
+		return nil
+	}
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = string(m.ID)
 	}
 	return out
-}
-
-func memberIDs(ms []member) []string {
-	if len(ms) == 0 {
-		return nil
-	}
-	return idStrings(ms)
 }
 
 // forgetDeparted releases the transport's records of the members that
@@ -424,9 +421,14 @@ func (w *Worker) sendWelcome(ctx context.Context, j member, wel welcome) error {
 	return nil
 }
 
+// maxWelcome bounds a welcome's JSON: MaxView members of about 100 bytes
+// each, and their shares, fit with room to spare. A joiner listens to
+// every member at once, so each buffer counts.
+const maxWelcome = 64 << 10
+
 // recvWelcome reads one welcome from peer on the control channel.
 func (w *Worker) recvWelcome(ctx context.Context, peer transport.PeerID) (welcome, error) {
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, maxWelcome)
 	h, n, err := w.t.Recv(ctx, peer, transport.ChanControl, buf)
 	if err != nil {
 		return welcome{}, err

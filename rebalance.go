@@ -10,10 +10,7 @@ import (
 // estimator and puts its model and share bounds in rec. A failed
 // iteration, or one with no samples, teaches nothing.
 func (w *Worker) balanceRecord(rec *record) {
-	rec.minShare = 1
-	if w.cfg.BalanceAllowZero {
-		rec.minShare = 0
-	}
+	rec.minShare = int64(w.minShare())
 	if w.cfg.Balance != BalanceLBBSP {
 		return
 	}
@@ -23,14 +20,22 @@ func (w *Worker) balanceRecord(rec *record) {
 	rec.model, _ = w.est.Fit()
 }
 
-// batchFit is the most workers the global batch can give at least one
-// sample each (0: no limit, with BalanceAllowZero): a joiner beyond it is
-// not admitted.
-func (w *Worker) batchFit() int {
+// minShare is the smallest share a worker may get: 1, or 0 with
+// BalanceAllowZero.
+func (w *Worker) minShare() int {
 	if w.cfg.BalanceAllowZero {
 		return 0
 	}
-	return w.cfg.GlobalBatch
+	return 1
+}
+
+// batchFit is the most workers the global batch can give their minimum
+// share (0: no limit): a joiner beyond it is not admitted.
+func (w *Worker) batchFit() int {
+	if w.minShare() == 0 {
+		return 0
+	}
+	return w.cfg.GlobalBatch / w.minShare()
 }
 
 // rebalance decides the next shares from the boundary's table, the same

@@ -184,12 +184,15 @@ type Worker struct {
 }
 
 // Join starts a worker: it builds the data-plane transport (unless
-// WithTransport gives one), connects to every member of the static view in
-// cfg.Peers, checks that every worker registered the same state and batch
-// settings, broadcasts rank 0's state to all, confirms that every worker
-// now holds the same state, and commits it. It blocks until every member
-// has joined, ctx ends, or Config.JoinTimeout passes. A failure found by the comparisons (ErrDiverged) is returned
-// by every worker.
+// WithTransport gives one) and enters the job's view: the static view of
+// cfg.Peers, or with gossip (cfg.Seeds or cfg.Listen) the live view, which
+// a worker with no seeds starts and a worker with seeds is admitted into
+// at a boundary. It then checks that every worker registered the same
+// state and batch settings, broadcasts the state from a member that holds
+// it (rank 0 at the start), confirms that every worker now holds the same
+// state, and commits it. It blocks until then, ctx ends, or
+// Config.JoinTimeout passes. A failure found by the comparisons
+// (ErrDiverged) is returned by every worker.
 func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	var o options
 	for _, opt := range opts {
