@@ -73,6 +73,8 @@ type kind struct {
 	// finishes; otherwise it must hear from root.
 	barrier bool
 	root    int
+	// order is the ring order the plans follow (nil: rank order).
+	order []int
 }
 
 // world holds the inputs of n ranks of length elements and, computed once
@@ -147,7 +149,48 @@ func kinds(n int) []kind {
 				return 0, w.length, w.input(root)
 			}})
 	}
+	if n < 3 {
+		return ks // every order of 1 or 2 ranks is the same ring
+	}
+	// The ring collectives again around a shuffled ring order: the
+	// results must not change (ranks keep their segments and roots).
+	order := shuffledOrder(n)
+	ordered := map[string]func(n, rank, length, chunk int) (Plan, error){
+		"allreduce": func(n, rank, length, chunk int) (Plan, error) {
+			return ringAllReduce(order, n, rank, length, chunk)
+		},
+		"reduce-scatter": func(n, rank, length, chunk int) (Plan, error) {
+			return ringReduceScatter(order, n, rank, length, chunk)
+		},
+		"allgather": func(n, rank, length, chunk int) (Plan, error) {
+			return ringAllGather(order, n, rank, length, chunk)
+		},
+	}
+	for _, k := range ks {
+		build := ordered[k.name]
+		if strings.HasPrefix(k.name, "broadcast") {
+			root := k.root
+			build = func(n, rank, length, chunk int) (Plan, error) {
+				return ringBroadcast(order, n, rank, root, length, chunk)
+			}
+		}
+		if build != nil {
+			k.name, k.build, k.order = k.name+"-ordered", build, order
+			ks = append(ks, k)
+		}
+	}
 	return ks
+}
+
+// shuffledOrder returns a fixed ring order of n ranks that is neither rank
+// order nor its reverse (for n > 3).
+func shuffledOrder(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	rand.New(rand.NewPCG(uint64(n), 7)).Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
 }
 
 // plans builds every rank's plan.
@@ -377,13 +420,14 @@ func checkStructure(tb testing.TB, k kind, ps []Plan) {
 	}
 	switch ps[0].Algo {
 	case AlgoRing, AlgoRingReduceScatter, AlgoRingAllGather:
-		checkRing(tb, fail, ps)
+		checkRing(tb, fail, ps, newSeating(k.order, n))
 	case AlgoRingBroadcast:
 		// Every rank but the last in the chain forwards the whole buffer
 		// once.
 		for r := range ps {
 			want := ps[r].Length
-			if n == 1 || mod(r-ps[r].Root, n) == n-1 {
+			seat := newSeating(k.order, n)
+			if n == 1 || mod(seat.pos(r)-seat.pos(ps[r].Root), n) == n-1 {
 				want = 0
 			}
 			if got := ps[r].SentElems(); got != want {
@@ -394,7 +438,7 @@ func checkStructure(tb testing.TB, k kind, ps []Plan) {
 }
 
 // checkRing checks what is particular to the ring schedules.
-func checkRing(tb testing.TB, fail func(string, ...any), ps []Plan) {
+func checkRing(tb testing.TB, fail func(string, ...any), ps []Plan, seat seating) {
 	tb.Helper()
 	n, length := len(ps), ps[0].Length
 	total := 0
@@ -403,7 +447,7 @@ func checkRing(tb testing.TB, fail func(string, ...any), ps []Plan) {
 		// The send of (step t, chunk c) waits for exactly the receive of
 		// (step t-1, chunk c), of the same span: pipelining.
 		for i, x := range p.Sends {
-			if x.Peer != mod(r+1, n) {
+			if x.Peer != seat.rank(seat.pos(r)+1) {
 				fail("rank %d send %d to %d", r, i, x.Peer)
 			}
 			if x.Step == 0 {
@@ -418,7 +462,7 @@ func checkRing(tb testing.TB, fail func(string, ...any), ps []Plan) {
 			}
 		}
 		for j, x := range p.Recvs {
-			if x.Peer != mod(r-1, n) {
+			if x.Peer != seat.rank(seat.pos(r)-1) {
 				fail("rank %d recv %d %+v", r, j, x)
 			}
 			// Only an allgather overwrite waits, for the reduce-scatter send

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,17 @@ type Config struct {
 	Members []transport.PeerID
 	// Rank is this worker's index in Members.
 	Rank int
+	// Order, if set, is the ring order: a permutation of the ranks, data
+	// passing from Order[i] to Order[i+1] and from the last back to the
+	// first, so that the ring can cross slow links rarely (see
+	// ChooseOrder). Only who passes to whom changes: ranks keep their
+	// meaning everywhere else (rank r's AllGather contribution, its
+	// ReduceScatter segment, a Broadcast root, errors). The allreduce sums
+	// in another order, so its result may differ from rank order's in the
+	// last bits; it is still identical on every rank. Nil is rank order.
+	// Recursive doubling and the barrier pair ranks, not ring neighbours,
+	// and ignore it.
+	Order []int
 	// Channel is the transport channel that carries the Comm's messages
 	// and abort markers. Default transport.ChanData. Comms on different
 	// channels over the same transports run independently, so a control
@@ -93,6 +105,9 @@ func (c *Config) Validate() error {
 	case n > math.MaxUint32:
 		return invalid("%d members", n)
 	}
+	if err := checkOrder(c.Order, n); err != nil {
+		return err
+	}
 	seen := make(map[transport.PeerID]bool, n)
 	for i, m := range c.Members {
 		if m == "" {
@@ -127,6 +142,7 @@ func (c Config) withDefaults() Config {
 		c.SmallBytes = 0
 	}
 	c.Members = append([]transport.PeerID(nil), c.Members...)
+	c.Order = slices.Clone(c.Order)
 	return c
 }
 
@@ -256,6 +272,7 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 		t:         t,
 		cfg:       cfg,
 		members:   cfg.Members,
+		plans:     planCache{order: cfg.Order},
 		log:       cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
 		bw:        max(cfg.InitialBandwidth, minBandwidth),
 		dirty:     make([]bool, n),
@@ -285,6 +302,47 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 
 // Size returns the number of members.
 func (c *Comm) Size() int { return len(c.members) }
+
+// Order returns the ring order, nil for rank order.
+func (c *Comm) Order() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.plans.order)
+}
+
+// SetOrder changes the ring order (Config.Order) for the collectives that
+// follow. Every member must make the same change between the same two
+// collectives, as every member runs the same collectives: a worker does it
+// at an iteration boundary, where none is in flight.
+func (c *Comm) SetOrder(order []int) error {
+	if err := checkOrder(order, len(c.members)); err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.plans = planCache{order: slices.Clone(order)}
+	return nil
+}
+
+// checkOrder checks that order is nil or a permutation of [0, n).
+func checkOrder(order []int, n int) error {
+	if order == nil {
+		return nil
+	}
+	if len(order) != n {
+		return invalid("ring order of %d ranks for %d members", len(order), n)
+	}
+	seen := make([]bool, n)
+	for _, r := range order {
+		if r < 0 || r >= n || seen[r] {
+			return invalid("ring order %v is not a permutation of the ranks", order)
+		}
+		seen[r] = true
+	}
+	return nil
+}
 
 // Close cancels the collective in progress, which fails with ErrClosed,
 // and stops the Comm's goroutines. Later calls return ErrClosed. It is
@@ -545,6 +603,7 @@ type planEntry struct {
 // shapes (its buckets), so a small cache replaced round robin holds them
 // all, and looking one up is a short linear scan.
 type planCache struct {
+	order   []int // the ring order every ring plan follows
 	keys    [planCacheSize]planKey
 	entries [planCacheSize]*planEntry
 	next    int
@@ -562,15 +621,15 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 	var err error
 	switch k.algo {
 	case AlgoRing:
-		p, err = RingAllReduce(k.n, k.rank, k.length, k.chunk)
+		p, err = ringAllReduce(pc.order, k.n, k.rank, k.length, k.chunk)
 	case AlgoRecursiveDoubling:
 		p, err = RecursiveDoubling(k.n, k.rank, k.length)
 	case AlgoRingReduceScatter:
-		p, err = RingReduceScatter(k.n, k.rank, k.length, k.chunk)
+		p, err = ringReduceScatter(pc.order, k.n, k.rank, k.length, k.chunk)
 	case AlgoRingAllGather:
-		p, err = RingAllGather(k.n, k.rank, k.length, k.chunk)
+		p, err = ringAllGather(pc.order, k.n, k.rank, k.length, k.chunk)
 	case AlgoRingBroadcast:
-		p, err = RingBroadcast(k.n, k.rank, k.root, k.length, k.chunk)
+		p, err = ringBroadcast(pc.order, k.n, k.rank, k.root, k.length, k.chunk)
 	case AlgoBarrier:
 		p, err = Barrier(k.n, k.rank)
 	default:

@@ -1,5 +1,7 @@
 package ring
 
+import "slices"
+
 // The ring collectives share one schedule. The buffer is cut into N
 // segments (Segments). At step t, rank r sends segment (r+shift-t) mod N to
 // its right neighbour r+1 and receives segment (r+shift-t-1) mod N from its
@@ -26,7 +28,11 @@ package ring
 // 2(n-1)/n·length elements, give or take the segments' rounding, which is
 // the bandwidth lower bound for allreduce.
 func RingAllReduce(n, rank, length, chunkElems int) (Plan, error) {
-	return ringPlan(AlgoRing, n, rank, length, chunkElems, 0, 2*(n-1), n-1)
+	return ringAllReduce(nil, n, rank, length, chunkElems)
+}
+
+func ringAllReduce(order []int, n, rank, length, chunkElems int) (Plan, error) {
+	return ringPlan(AlgoRing, order, n, rank, length, chunkElems, 0, 2*(n-1), n-1)
 }
 
 // RingReduceScatter returns rank's plan for a pipelined ring reduce-scatter.
@@ -35,7 +41,11 @@ func RingAllReduce(n, rank, length, chunkElems int) (Plan, error) {
 // sums and is scratch. It runs n-1 steps: at step s, rank r sends segment
 // (r-s-1) mod n and reduces segment (r-s-2) mod n.
 func RingReduceScatter(n, rank, length, chunkElems int) (Plan, error) {
-	return ringPlan(AlgoRingReduceScatter, n, rank, length, chunkElems, -1, n-1, n-1)
+	return ringReduceScatter(nil, n, rank, length, chunkElems)
+}
+
+func ringReduceScatter(order []int, n, rank, length, chunkElems int) (Plan, error) {
+	return ringPlan(AlgoRingReduceScatter, order, n, rank, length, chunkElems, -1, n-1, n-1)
 }
 
 // RingAllGather returns rank's plan for a pipelined ring allgather, in place:
@@ -45,12 +55,19 @@ func RingReduceScatter(n, rank, length, chunkElems int) (Plan, error) {
 // runs n-1 steps: at step s, rank r sends segment (r-s) mod n and receives
 // segment (r-s-1) mod n.
 func RingAllGather(n, rank, length, chunkElems int) (Plan, error) {
-	return ringPlan(AlgoRingAllGather, n, rank, length, chunkElems, 0, n-1, 0)
+	return ringAllGather(nil, n, rank, length, chunkElems)
+}
+
+func ringAllGather(order []int, n, rank, length, chunkElems int) (Plan, error) {
+	return ringPlan(AlgoRingAllGather, order, n, rank, length, chunkElems, 0, n-1, 0)
 }
 
 // ringPlan builds the shared ring schedule described at the top of this
-// file.
-func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) (Plan, error) {
+// file around the ring order (nil: rank order). The schedule runs on ring
+// positions; every position is mapped to the rank seated there, both for
+// peers and for segments, so a segment still belongs to its rank (rank r
+// contributes and owns segment r) whatever the order.
+func ringPlan(algo Algo, order []int, n, rank, length, chunk, shift, steps, reduceSteps int) (Plan, error) {
 	if err := checkArgs(n, rank, length); err != nil {
 		return Plan{}, err
 	}
@@ -61,18 +78,22 @@ func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) 
 	if n == 1 {
 		return orderOverwrites(p), nil
 	}
+	seat := newSeating(order, n)
+	pos := seat.pos(rank)
+	sendSeg := func(t int) Span { return segment(length, n, seat.rank(pos+shift-t)) }
+	recvSeg := func(t int) Span { return segment(length, n, seat.rank(pos+shift-t-1)) }
 	// Count first, so that construction makes one allocation.
 	ns, nr := 0, 0
 	for t := range steps {
-		ns += numChunks(segment(length, n, mod(rank+shift-t, n)).Len, chunk)
-		nr += numChunks(segment(length, n, mod(rank+shift-t-1, n)).Len, chunk)
+		ns += numChunks(sendSeg(t).Len, chunk)
+		nr += numChunks(recvSeg(t).Len, chunk)
 	}
 	xs := make([]Xfer, ns+nr)
 	p.Sends, p.Recvs = xs[:0:ns], xs[ns:ns]
-	right, left := mod(rank+1, n), mod(rank-1, n)
+	right, left := seat.rank(pos+1), seat.rank(pos-1)
 	prev := 0 // index in Recvs of the previous step's first chunk
 	for t := range steps {
-		seg := segment(length, n, mod(rank+shift-t, n))
+		seg := sendSeg(t)
 		for c := range numChunks(seg.Len, chunk) {
 			after := -1
 			if t > 0 {
@@ -82,13 +103,38 @@ func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) 
 				Step: t, Chunk: c, After: after})
 		}
 		prev = len(p.Recvs)
-		seg = segment(length, n, mod(rank+shift-t-1, n))
+		seg = recvSeg(t)
 		for c := range numChunks(seg.Len, chunk) {
 			p.Recvs = append(p.Recvs, Xfer{Peer: left, Span: chunkOf(seg, chunk, c),
 				Step: t, Chunk: c, Reduce: t < reduceSteps, Final: t == reduceSteps-1, After: -1})
 		}
 	}
 	return orderOverwrites(p), nil
+}
+
+// seating maps ring positions to ranks and back for a ring order.
+type seating struct {
+	order []int // nil: position p holds rank p
+	n     int
+}
+
+func newSeating(order []int, n int) seating { return seating{order: order, n: n} }
+
+// rank returns the rank at position p, taken mod n.
+func (s seating) rank(p int) int {
+	p = mod(p, s.n)
+	if s.order == nil {
+		return p
+	}
+	return s.order[p]
+}
+
+// pos returns rank's position.
+func (s seating) pos(rank int) int {
+	if s.order == nil {
+		return rank
+	}
+	return slices.Index(s.order, rank)
 }
 
 // RingBroadcast returns rank's plan for broadcasting root's buffer of length
@@ -99,6 +145,12 @@ func ringPlan(algo Algo, n, rank, length, chunk, shift, steps, reduceSteps int) 
 // element-times on one link, so for large buffers it approaches a single
 // link's bandwidth. Ranks other than root end with root's buffer.
 func RingBroadcast(n, rank, root, length, chunkElems int) (Plan, error) {
+	return ringBroadcast(nil, n, rank, root, length, chunkElems)
+}
+
+// ringBroadcast is RingBroadcast around the ring order (nil: rank order):
+// the chain starts at root and follows the order.
+func ringBroadcast(order []int, n, rank, root, length, chunkElems int) (Plan, error) {
 	if err := checkArgs(n, rank, length); err != nil {
 		return Plan{}, err
 	}
@@ -112,7 +164,10 @@ func RingBroadcast(n, rank, root, length, chunkElems int) (Plan, error) {
 	if n == 1 {
 		return orderOverwrites(p), nil
 	}
-	pos := mod(rank-root, n)
+	seat := newSeating(order, n)
+	self := seat.pos(rank)
+	pos := mod(self-seat.pos(root), n)
+	prev, next := seat.rank(self-1), seat.rank(self+1)
 	m := numChunks(length, chunkElems)
 	ns, nr := m, m
 	if pos == 0 {
@@ -127,14 +182,14 @@ func RingBroadcast(n, rank, root, length, chunkElems int) (Plan, error) {
 	for c := range m {
 		sp := chunkOf(all, chunkElems, c)
 		if pos > 0 {
-			p.Recvs = append(p.Recvs, Xfer{Peer: mod(rank-1, n), Span: sp, Step: pos - 1, Chunk: c, After: -1})
+			p.Recvs = append(p.Recvs, Xfer{Peer: prev, Span: sp, Step: pos - 1, Chunk: c, After: -1})
 		}
 		if pos < n-1 {
 			after := -1
 			if pos > 0 {
 				after = c
 			}
-			p.Sends = append(p.Sends, Xfer{Peer: mod(rank+1, n), Span: sp, Step: pos, Chunk: c, After: after})
+			p.Sends = append(p.Sends, Xfer{Peer: next, Span: sp, Step: pos, Chunk: c, After: after})
 		}
 	}
 	return orderOverwrites(p), nil

@@ -1,0 +1,164 @@
+package ring
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// rackSpeeds returns the link speeds of n ranks in racks (rack[r] is rank
+// r's rack): fast within a rack, slow across, each measurement off by up
+// to ±30%.
+func rackSpeeds(rng *rand.Rand, rack []int, fast, slow int64) [][]int64 {
+	n := len(rack)
+	speed := make([][]int64, n)
+	for i := range speed {
+		speed[i] = make([]int64, n)
+		for j := range speed[i] {
+			if i == j {
+				continue
+			}
+			s := slow
+			if rack[i] == rack[j] {
+				s = fast
+			}
+			speed[i][j] = int64(float64(s) * (0.7 + 0.6*rng.Float64()))
+		}
+	}
+	return speed
+}
+
+// crossings counts the ring's links between racks.
+func crossings(order []int, rack []int) int {
+	if order == nil {
+		order = make([]int, len(rack))
+		for i := range order {
+			order[i] = i
+		}
+	}
+	c := 0
+	for i, r := range order {
+		if rack[r] != rack[order[(i+1)%len(order)]] {
+			c++
+		}
+	}
+	return c
+}
+
+func isPermutation(order []int, n int) bool {
+	return len(order) == n && checkOrder(order, n) == nil
+}
+
+// TestChooseOrderRacks: ranks spread over racks alternately, so rank order
+// crosses between racks at every link; the chosen order crosses once per
+// rack, the least a ring can, exactly and by the heuristic beyond
+// exactOrderMax ranks.
+func TestChooseOrderRacks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ n, racks int }{{4, 2}, {6, 2}, {6, 3}, {8, 2}, {12, 4}, {16, 2}, {40, 4}, {64, 8}} {
+		t.Run(fmt.Sprintf("n=%d/racks=%d", tc.n, tc.racks), func(t *testing.T) {
+			rack := make([]int, tc.n)
+			for r := range rack {
+				rack[r] = r % tc.racks
+			}
+			for trial := range 5 {
+				order := ChooseOrder(rackSpeeds(rng, rack, 1e9, 25e6))
+				if !isPermutation(order, tc.n) || order[0] != 0 {
+					t.Fatalf("trial %d: order %v is not a ring order starting at 0", trial, order)
+				}
+				if got := crossings(order, rack); got != tc.racks {
+					t.Fatalf("trial %d: order %v crosses racks %d times, want %d", trial, order, got, tc.racks)
+				}
+			}
+		})
+	}
+}
+
+// TestChooseOrderKeepsRankOrder: links of one kind, measured with noise,
+// or a ring that rank order already lays out well, keep rank order.
+func TestChooseOrderKeepsRankOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 2, 3, 4, 5, 8, 13, 32} {
+		uniform := make([]int, n)
+		if got := ChooseOrder(rackSpeeds(rng, uniform, 1e9, 1e9)); got != nil {
+			t.Errorf("n=%d, one kind of link: order %v, want rank order", n, got)
+		}
+		blocks := make([]int, n) // racks of consecutive ranks
+		for r := range blocks {
+			blocks[r] = r * 2 / n
+		}
+		if got := ChooseOrder(rackSpeeds(rng, blocks, 1e9, 25e6)); got != nil {
+			t.Errorf("n=%d, racks in rank order: order %v, want rank order", n, got)
+		}
+	}
+}
+
+// TestChooseOrderAvoidsUnknownLinks: a link whose probe failed is not
+// used when the ring can do without it.
+func TestChooseOrderAvoidsUnknownLinks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	speed := rackSpeeds(rng, make([]int, 5), 1e9, 1e9)
+	speed[1][2], speed[3][4] = 0, 0
+	order := ChooseOrder(speed)
+	if !isPermutation(order, 5) {
+		t.Fatalf("order %v", order)
+	}
+	for i, r := range order {
+		next := order[(i+1)%5]
+		if speed[r][next] == 0 {
+			t.Fatalf("order %v uses the unknown link %d->%d", order, r, next)
+		}
+	}
+}
+
+// TestCheapestRingIsCheapest compares the exact search with every
+// permutation on random costs, and checks that it is deterministic.
+func TestCheapestRingIsCheapest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for trial := range 200 {
+		n := 2 + trial%6
+		cost := make([][]int64, n)
+		for i := range cost {
+			cost[i] = make([]int64, n)
+			for j := range cost[i] {
+				if i != j {
+					cost[i][j] = 1 << rng.IntN(6) // directed, asymmetric
+				}
+			}
+		}
+		got := cheapestRing(cost)
+		if !isPermutation(got, n) || got[0] != 0 {
+			t.Fatalf("cost %v: %v is not a ring from 0", cost, got)
+		}
+		best := int64(-1)
+		perm := make([]int, n)
+		for i := range perm {
+			perm[i] = i
+		}
+		permute(perm, 1, func(p []int) {
+			if c := ringCost(cost, p); best < 0 || c < best {
+				best = c
+			}
+		})
+		if c := ringCost(cost, got); c != best {
+			t.Fatalf("cost %v: ring %v costs %d, the cheapest %d", cost, got, c, best)
+		}
+		if again := cheapestRing(cost); !slices.Equal(again, got) {
+			t.Fatalf("cost %v: %v then %v", cost, got, again)
+		}
+	}
+}
+
+// permute calls f with every permutation of p[k:].
+func permute(p []int, k int, f func([]int)) {
+	if k == len(p) {
+		f(p)
+		return
+	}
+	for i := k; i < len(p); i++ {
+		p[k], p[i] = p[i], p[k]
+		permute(p, k+1, f)
+		p[k], p[i] = p[i], p[k]
+	}
+}
