@@ -58,6 +58,17 @@ const (
 	BalanceStatic = "static"
 )
 
+// Ring orders accepted by Config.RingOrder.
+const (
+	// RingOrderAuto measures the links between the members of each new
+	// view and orders the ring so that it crosses slow links as rarely as
+	// it can (ring.ChooseOrder).
+	RingOrderAuto = "auto"
+	// RingOrderFixed keeps the view's order: members sorted by data
+	// address.
+	RingOrderFixed = "fixed"
+)
+
 // Gossip timing presets accepted by Config.GossipTiming.
 const (
 	GossipLAN   = "lan"
@@ -184,6 +195,11 @@ type Config struct {
 	// BalanceAllowZero lets balancing give a worker no samples at all;
 	// by default every worker keeps at least 1.
 	BalanceAllowZero bool
+	// RingOrder is how the ring is ordered: RingOrderAuto (default) probes
+	// the links of every view of 4 or more workers, a few MiB per pair,
+	// and orders the ring to cross slow links rarely; RingOrderFixed keeps
+	// address order.
+	RingOrder string
 	// RNGSeed seeds the sampler's per-epoch permutations. Default 0.
 	RNGSeed uint64
 	// DatasetSize is the number of samples in one epoch of the training
@@ -260,6 +276,9 @@ func (c Config) WithDefaults() Config {
 		if len(c.Shares) > 0 {
 			c.Balance = BalanceStatic
 		}
+	}
+	if c.RingOrder == "" {
+		c.RingOrder = RingOrderAuto
 	}
 	if c.GlobalBatch == 0 {
 		c.GlobalBatch = DefaultGlobalBatch
@@ -421,6 +440,9 @@ func (c Config) checkBatch() []error {
 	if c.Balance != BalanceLBBSP && c.Balance != BalanceStatic {
 		errs = append(errs, fmt.Errorf("Balance %q: want %q or %q", c.Balance, BalanceLBBSP, BalanceStatic))
 	}
+	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
+		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))
+	}
 	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
 		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))
 	}
@@ -553,6 +575,8 @@ const (
 	EnvGossipSuspicionMult = "GYRE_GOSSIP_SUSPICION_MULT"
 	// EnvBalance is "lbbsp" or "static".
 	EnvBalance = "GYRE_BALANCE"
+	// EnvRingOrder is "auto" or "fixed".
+	EnvRingOrder = "GYRE_RING_ORDER"
 	// EnvCollectiveTimeout, EnvJoinTimeout and EnvPeerTimeout are
 	// durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
@@ -581,6 +605,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvJob, &c.Job)
 	str(EnvGossipTiming, &c.GossipTiming)
 	str(EnvBalance, &c.Balance)
+	str(EnvRingOrder, &c.RingOrder)
 	if v, ok := lookup(EnvInsecure); ok && strings.TrimSpace(v) != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {

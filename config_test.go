@@ -39,6 +39,7 @@ func TestWithDefaults(t *testing.T) {
 		PeerTimeout:       DefaultPeerTimeout,
 		Shares:            []int{DefaultGlobalBatch},
 		Balance:           BalanceLBBSP,
+		RingOrder:         RingOrderAuto,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -109,6 +110,7 @@ func TestValidate(t *testing.T) {
 		{"max past view", Config{Key: key, Listen: "127.0.0.1:7000", MaxWorkers: MaxView + 1}, "MaxWorkers"},
 		{"gossip timing", Config{Key: key, Listen: "127.0.0.1:7000", GossipTiming: "wan"}, "GossipTiming"},
 		{"balance", Config{Key: key, Balance: "fastest"}, `Balance "fastest"`},
+		{"ring order", Config{Key: key, RingOrder: "random"}, `RingOrder "random"`},
 		{"advertise with port", Config{Key: key, Advertise: "10.0.0.1:9100"}, "host only"},
 		{"min workers past world", Config{Key: key, MinWorkers: 2}, "MinWorkers 2"},
 		{"zero batch by shares", Config{Key: key, Shares: []int{0}}, "GlobalBatch 0"},
@@ -157,6 +159,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
 		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms", EnvJoinTimeout: "1m", EnvBalance: "static",
+		EnvRingOrder: "fixed",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -168,7 +171,7 @@ func TestConfigFromEnv(t *testing.T) {
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
-		Balance: BalanceStatic}
+		Balance: BalanceStatic, RingOrder: RingOrderFixed}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}

@@ -319,6 +319,8 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		if err := w.syncView(ctx, oldRanks[0]); err != nil {
 			return err
 		}
+	} else if err := w.arrangeRing(ctx); err != nil {
+		return err
 	}
 	w.meta.publish(w.nodeMeta(epoch, rank))
 	ev := w.log.Info().Uint64("epoch", epoch).Int("rank", rank).Int("world", len(d.Members)).Int64("iter", w.iter)

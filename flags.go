@@ -23,7 +23,7 @@ import (
 // --listen, --data-addr, --advertise, --seed, --job, --max-workers,
 // --gossip-timing, --gossip-probe-interval, --gossip-suspicion-mult,
 // --peers, --rank, --min-workers, --batch, --shares, --balance,
-// --balance-allow-zero, --rng-seed,
+// --balance-allow-zero, --ring-order, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout and
 // --peer-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
@@ -81,6 +81,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.listVar(&intList{&c.Shares}, "shares", "fixed per-worker batch shares in rank order, comma-separated (empty: equal); implies --balance static")
 	fs.StringVar(&c.Balance, "balance", c.Balance, "how shares are decided: lbbsp (from measured compute times) or static (equal, or --shares) (empty: lbbsp)")
 	fs.BoolVar(&c.BalanceAllowZero, "balance-allow-zero", c.BalanceAllowZero, "let balancing give a very slow worker no samples")
+	fs.StringVar(&c.RingOrder, "ring-order", c.RingOrder, "ring order: auto (probe the links and cross slow ones rarely) or fixed (address order) (empty: auto)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")

@@ -14,12 +14,12 @@ func TestBindFlags(t *testing.T) {
 	args := []string{"--transport", "tcp", "--insecure", "--stripes", "2", "--listen", "127.0.0.1:9000",
 		"--seed", "10.0.0.1:7946", "--seed", "10.0.0.2:7946,10.0.0.3:7946", "--peers", "127.0.0.1:1,127.0.0.1:2",
 		"--rank", "1", "--min-workers", "2", "--batch", "96", "--shares", "64,32", "--rng-seed", "7", "--bucket-bytes", "4096",
-		"--collective-timeout", "90s", "--peer-timeout", "500ms"}
+		"--collective-timeout", "90s", "--peer-timeout", "500ms", "--ring-order", "fixed"}
 	want := Config{Transport: "tcp", Insecure: true, Stripes: 2, Listen: "127.0.0.1:9000",
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946", "10.0.0.3:7946"},
 		Peers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Rank: 1, MinWorkers: 2, GlobalBatch: 96,
 		Shares: []int{64, 32}, RNGSeed: 7, BucketBytes: 4096, KeyFile: "/env/key",
-		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond}
+		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, RingOrder: RingOrderFixed}
 	for _, kind := range []string{"flag", "pflag"} {
 		t.Run(kind, func(t *testing.T) {
 			// Values from the environment are the defaults; flags override.

@@ -54,10 +54,16 @@ func (h *Handle) Wait(ctx context.Context) error {
 	return h.h.Wait(ctx)
 }
 
-// View is a membership view: an epoch and the members in ring order.
+// View is a membership view: an epoch and the members in rank order
+// (sorted by data address).
 type View struct {
 	Epoch   uint64
 	Members []string
+	// RingOrder lists the ranks in the order the data ring passes through
+	// them, from RingOrder[i] to RingOrder[i+1] and from the last back to
+	// the first: rank order unless Config.RingOrder "auto" found links
+	// that another order crosses less often.
+	RingOrder []int
 }
 
 // Change is what a Boundary decided for the next iteration.
@@ -318,10 +324,13 @@ func (w *Worker) connect(ctx context.Context, ids []transport.PeerID, addrs []st
 var errMoved = errors.New("gyre: the member is back at another address")
 
 // syncView makes every member of the current view agree on the settings,
-// hold root's state and iteration, and commit it: the end of Join, and of
-// a boundary that admitted workers.
+// orders its ring, has every member hold root's state and iteration, and
+// commits it: the end of Join, and of a boundary that admitted workers.
 func (w *Worker) syncView(ctx context.Context, root int) error {
 	if err := w.agree(ctx); err != nil {
+		return err
+	}
+	if err := w.arrangeRing(ctx); err != nil {
 		return err
 	}
 	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
@@ -375,7 +384,7 @@ func (w *Worker) agree(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r+1))
 		}
 		if rec.decision != recs[0].decision {
-			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, Balance, RNGSeed, DatasetSize) from rank 0 (%s)",
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, Balance, RingOrder, RNGSeed, DatasetSize) from rank 0 (%s)",
 				ErrDiverged, r+1, vs.ids[r+1], vs.ids[0]))
 		}
 	}
@@ -414,6 +423,7 @@ func (w *Worker) settingsDigest() uint64 {
 	put(w.cfg.RNGSeed)
 	put(uint64(w.cfg.DatasetSize))
 	h.Write([]byte(w.cfg.Balance))
+	h.Write([]byte(w.cfg.RingOrder))
 	put(uint64(boolInt(w.cfg.BalanceAllowZero)))
 	if w.node == nil {
 		for _, s := range w.cur.shares {
@@ -477,7 +487,7 @@ func (w *Worker) Iter() int64 { return w.iter }
 // View returns the current view.
 func (w *Worker) View() View {
 	v := w.cur.view
-	return View{Epoch: v.Epoch, Members: slices.Clone(v.Members)}
+	return View{Epoch: v.Epoch, Members: slices.Clone(v.Members), RingOrder: w.cur.ringOrder()}
 }
 
 // Shares returns the per-rank batch shares of the current iteration.

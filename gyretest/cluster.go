@@ -39,6 +39,10 @@ type Options struct {
 	Options func(rank int) []gyre.Option
 	// JoinTimeout bounds the joins. Default 30 s.
 	JoinTimeout time.Duration
+	// Links, if set, shapes the mem network's links before the workers
+	// join (mem.Network.SetLink), for behaviour Join already meets, such
+	// as the link probes that order the ring. ids are in rank order.
+	Links func(net *mem.Network, ids []transport.PeerID)
 	// Gossip makes the workers find each other by gossip (real memberlist
 	// on loopback, local timing) instead of a static view: worker 0 starts
 	// the job, the others join through it, and iteration 0 waits for all
@@ -92,11 +96,16 @@ func Start(tb testing.TB, o Options) *Cluster {
 	if o.Gossip {
 		c.GossipAddrs = freePorts(tb, o.N)
 	}
+	for r := range o.N {
+		c.IDs[r] = transport.PeerID(peers[r])
+	}
+	if o.Links != nil {
+		o.Links(c.mem(tb), c.IDs)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.JoinTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for r := range o.N {
-		c.IDs[r] = transport.PeerID(peers[r])
 		cfg := gyre.Config{Key: c.key, Peers: peers, Rank: r, Transport: o.Transport, Logger: transporttest.Logger(tb)}
 		if o.Gossip {
 			cfg = c.gossipConfig(tb, r, peers[r], c.GossipAddrs[r], nil)
