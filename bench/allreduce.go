@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -72,9 +74,12 @@ type AllReduceReport struct {
 	Ranks   int       `json:"ranks"`
 	DType   string    `json:"dtype"`
 	// Compress is the wire compression: none, bf16 or fp16.
-	Compress string         `json:"compress"`
-	Options  string         `json:"options"`
-	Rows     []AllReduceRow `json:"rows"`
+	Compress string `json:"compress"`
+	// RingOrder is the ranks in the order the ring ran through them (the
+	// view's choice, Comm.Order; rank order if it chose none).
+	RingOrder []int          `json:"ring_order"`
+	Options   string         `json:"options"`
+	Rows      []AllReduceRow `json:"rows"`
 }
 
 // RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
@@ -86,6 +91,11 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 		Compress: compressName(o.Compress),
 		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
 			compressName(o.Compress), o.Warmup, o.Check)}
+	if rep.RingOrder = c.Order(); rep.RingOrder == nil {
+		for r := range c.Size() {
+			rep.RingOrder = append(rep.RingOrder, r)
+		}
+	}
 	if err := o.Validate(); err != nil {
 		return rep, err
 	}
@@ -109,8 +119,8 @@ func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
 // ../shared/peers, so the tables can be compared line by line.
 func (r AllReduceReport) WriteTable(w io.Writer) error {
 	m := r.Machine
-	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  %s\n", r.Command,
-		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, r.Options)
+	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n", r.Command,
+		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, ringString(r.RingOrder), r.Options)
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s %5s %4s\n", "size_bytes", "count", "time_us(med)", "time_us(min)", "algbw", "busbw", "iters", "chk")
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s\n", "", "("+r.DType+")", "", "", "GB/s", "GB/s")
 	for _, row := range r.Rows {
@@ -120,6 +130,15 @@ func (r AllReduceReport) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// ringString writes a ring order as ranks joined by dashes: 0-2-1-3.
+func ringString(order []int) string {
+	parts := make([]string, len(order))
+	for i, r := range order {
+		parts[i] = strconv.Itoa(r)
+	}
+	return strings.Join(parts, "-")
 }
 
 func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {

@@ -26,6 +26,7 @@ type allReduceFlags struct {
 	warmup, iters    int
 	check            bool
 	jsonFile         string
+	ringOrder        string // auto or fixed; empty: the job's setting
 	report           string // hidden: where rank 0 leaves its JSON report for the launcher
 	timeout          time.Duration
 }
@@ -44,6 +45,8 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 			"slowest rank, algbw = size/time, busbw = algbw*2(n-1)/n, iterations and\n" +
 			"a check of every element of the first allreduce per size.\n" +
 			"Each timed iteration is: barrier; t0; allreduce; t1.\n" +
+			"The ring runs in the order the job's view chose (--ring-order), which the\n" +
+			"report's header gives.\n" +
 			"--compress bf16 or fp16 sends float32 data at half width on the wire, still\n" +
 			"summed in float32; the check then allows the wire format's rounding.\n" +
 			"Run under `gyre launch -- bench allreduce` it is one worker of the job.",
@@ -72,6 +75,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 	f.StringVar(&fl.compress, "compress", "none", "wire compression of float32 data: none, bf16 or fp16")
 	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
+	f.StringVar(&fl.ringOrder, "ring-order", "", "ring order: auto (probe the links, cross slow ones rarely) or fixed (address order) (empty: the job's, auto by default)")
 	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
 	f.StringVar(&fl.report, "report", "", "where rank 0 writes its report (set by the launcher)")
 	f.MarkHidden("report")
@@ -123,7 +127,7 @@ func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFla
 	err := c.launchBench(cmd, job, &rep, "allreduce",
 		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
 		"--op", fl.op, "--dtype", fl.dtype, "--compress", fl.compress, "--check="+strconv.FormatBool(fl.check),
-		"--timeout", fl.timeout.String())
+		"--timeout", fl.timeout.String(), "--ring-order", fl.ringOrder)
 	if err != nil {
 		return err
 	}
@@ -197,6 +201,9 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 		return err
 	}
 	cfg.Logger = c.log
+	if fl.ringOrder != "" {
+		cfg.RingOrder = fl.ringOrder
+	}
 	w, err := gyre.Join(ctx, cfg)
 	if err != nil {
 		return err

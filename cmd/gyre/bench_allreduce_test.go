@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,12 +62,35 @@ func TestBenchAllReduceMultiProcess(t *testing.T) {
 				if !strings.Contains(out, fmt.Sprintf("# ranks %d", n)) {
 					t.Fatalf("table does not say %d ranks:\n%s", n, out)
 				}
+				if m := regexp.MustCompile(`  ring ([0-9-]+)  `).FindStringSubmatch(out); m == nil || !isRingOrder(m[1], n) {
+					t.Fatalf("table does not give the ring order of %d ranks:\n%s", n, out)
+				}
 				if i := slices.Index(tc.flags, "--compress"); i >= 0 && !strings.Contains(out, "compress "+tc.flags[i+1]) {
 					t.Fatalf("table does not say compress %s:\n%s", tc.flags[i+1], out)
 				}
 			})
 		}
 	}
+}
+
+// isRingOrder reports whether s, such as "0-2-1-3", lists each of n
+// ranks once.
+func isRingOrder(s string, n int) bool {
+	var ranks []int
+	for _, f := range strings.Split(s, "-") {
+		r, err := strconv.Atoi(f)
+		if err != nil {
+			return false
+		}
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	for i, r := range ranks {
+		if r != i {
+			return false
+		}
+	}
+	return len(ranks) == n
 }
 
 // TestBenchAllReduceMismatchEverywhere gives one rank of three another
