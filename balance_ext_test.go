@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/kernels"
 )
 
 // TestBalanceMovesSharesToTheFastWorkers: of 3 workers, one takes 4× as
@@ -194,5 +196,65 @@ func TestEpochCoveredOnceThroughChanges(t *testing.T) {
 	}
 	if len(sharesSeen) < 3 {
 		t.Fatalf("shares took only %d values (%v): balancing and the join should have changed them", len(sharesSeen), sharesSeen)
+	}
+}
+
+// TestBalanceCapsSharesAtDeviceMemory: of 3 workers, rank 0 is 4× faster
+// than the others, so balancing alone would give it about 40 of 60
+// samples; but its (fake) device holds only 15 samples' memory. Its share
+// never exceeds 15, the other two take the rest, and every worker agrees.
+// The fake device reports free memory as a caching allocator leaves it:
+// its total less what the current share holds.
+func TestBalanceCapsSharesAtDeviceMemory(t *testing.T) {
+	const global, iters, bps = 60, 30, 1 << 20
+	const capSamples = 15
+	var used [3]atomic.Int64
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3,
+		Config: func(r int, c *gyre.Config) { c.GlobalBatch, c.BytesPerSample = global, bps },
+		Options: func(r int) []gyre.Option {
+			return []gyre.Option{gyre.WithDevice(func() (kernels.Device, bool) {
+				if r != 0 {
+					return kernels.Device{}, false // no device: no cap
+				}
+				total := uint64(capSamples * bps)
+				return kernels.Device{Kind: kernels.KindGPU, MemoryBytes: total, FreeBytes: total - uint64(used[r].Load())}, true
+			})}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	final := make([][]int, 3)
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		perSample := 400 * time.Microsecond
+		if r == 0 {
+			perSample /= 4
+		}
+		for w.Iter() < iters {
+			if s := w.Shares(); s[0] > capSamples {
+				return fmt.Errorf("iteration %d: shares %v exceed rank 0's memory of %d samples", w.Iter(), s, capSamples)
+			}
+			b := w.Batch()
+			used[r].Store(int64(len(b.Indices)) * bps)
+			time.Sleep(time.Duration(len(b.Indices)) * perSample)
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+			if _, err := w.Boundary(ctx); err != nil {
+				return err
+			}
+		}
+		final[r] = w.Shares()
+		return w.Leave(ctx)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range final {
+		if !slices.Equal(final[r], final[0]) {
+			t.Fatalf("workers disagree: %v", final)
+		}
+	}
+	// Capped at 15, rank 0 is still the fastest: it gets all it can hold.
+	if s := final[0]; s[0] != capSamples || s[1] < 20 || s[2] < 20 {
+		t.Fatalf("final shares %v, want rank 0 at its cap of %d and the rest split", s, capSamples)
 	}
 }

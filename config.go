@@ -195,6 +195,11 @@ type Config struct {
 	// BalanceAllowZero lets balancing give a worker no samples at all;
 	// by default every worker keeps at least 1.
 	BalanceAllowZero bool
+	// BytesPerSample is the device memory one sample of this worker's
+	// batch takes (its activations and their gradients), for balancing
+	// on a GPU: the share is capped at the device's headroom over it (see
+	// WithDevice). 0: no memory cap, the CPU case.
+	BytesPerSample int64
 	// RingOrder is how the ring is ordered: RingOrderAuto (default) probes
 	// the links of every view of 4 or more workers, a few MiB per pair,
 	// and orders the ring to cross slow links rarely; RingOrderFixed keeps
@@ -439,6 +444,9 @@ func (c Config) checkBatch() []error {
 	}
 	if c.Balance != BalanceLBBSP && c.Balance != BalanceStatic {
 		errs = append(errs, fmt.Errorf("Balance %q: want %q or %q", c.Balance, BalanceLBBSP, BalanceStatic))
+	}
+	if c.BytesPerSample < 0 {
+		errs = append(errs, fmt.Errorf("BytesPerSample %d: want 0 (no memory cap) or more", c.BytesPerSample))
 	}
 	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
 		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))

@@ -319,7 +319,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		if err := w.syncView(ctx, oldRanks[0]); err != nil {
 			return err
 		}
-	} else if err := w.arrangeRing(ctx); err != nil {
+	} else if err := w.settleView(ctx); err != nil {
 		return err
 	}
 	w.meta.publish(w.nodeMeta(epoch, rank))

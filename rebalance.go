@@ -1,9 +1,11 @@
 package gyre
 
 import (
+	"math"
 	"slices"
 
 	"github.com/gyre-ml/gyre/balance"
+	"github.com/gyre-ml/gyre/kernels"
 )
 
 // balanceRecord feeds the iteration's compute time to this worker's
@@ -14,10 +16,69 @@ func (w *Worker) balanceRecord(rec *record) {
 	if w.cfg.Balance != BalanceLBBSP {
 		return
 	}
+	w.held = int(rec.share)
+	rec.headroom, rec.maxShare = w.shareCap()
 	if w.failed == nil && w.compute > 0 {
 		rec.speedChanged = w.est.Add(balance.Obs{Samples: int(rec.share), Seconds: w.compute.Seconds()})
 	}
 	rec.model, _ = w.est.Fit()
+}
+
+// shareCap returns this worker's device headroom in bytes and the share
+// it allows (b_max = headroom / BytesPerSample, at least the minimum
+// share), both 0 without BytesPerSample or a device that reports its
+// memory. The headroom is the free memory plus what the share of the
+// worker's last iteration holds (w.held): a caching allocator keeps it
+// between iterations.
+func (w *Worker) shareCap() (headroom, maxShare int64) {
+	bps := w.cfg.BytesPerSample
+	if bps == 0 {
+		return 0, 0
+	}
+	d, ok := w.device()
+	if !ok || d.MemoryBytes == 0 {
+		return 0, 0
+	}
+	headroom = int64(min(d.FreeBytes, math.MaxInt64/2)) + int64(w.held)*bps
+	maxShare = max(headroom/bps, int64(max(w.minShare(), 1)))
+	return headroom, maxShare
+}
+
+// localGPU returns a device probe for the GPU at localRank (modulo their
+// number), reporting none on a host without GPUs.
+func localGPU(localRank int) func() (kernels.Device, bool) {
+	return func() (kernels.Device, bool) {
+		gpus := kernels.GPUs()
+		if len(gpus) == 0 {
+			return kernels.Device{}, false
+		}
+		return gpus[localRank%len(gpus)], true
+	}
+}
+
+// capShares lowers the shares of a new view's workers to their memory
+// caps from the table of its settings vote, spreading the rest evenly
+// over the others, the same on every member. Shares within every cap are
+// kept; caps that cannot hold the global batch keep them too, with a
+// warning.
+func (w *Worker) capShares(recs []record) {
+	vs := w.cur
+	ws := make([]balance.Worker, len(recs))
+	over := false
+	for r, rec := range recs {
+		ws[r] = balance.Worker{Model: balance.Model{RateMicro: 1e6}, Min: int(rec.minShare), Max: int(rec.maxShare)}
+		over = over || rec.maxShare > 0 && int64(vs.shares[r]) > rec.maxShare
+	}
+	if !over {
+		return
+	}
+	next, err := balance.Solve(ws, w.cfg.GlobalBatch)
+	if err != nil {
+		w.log.Warn().Err(err).Ints("shares", vs.shares).Msg("the workers' device memory cannot hold the global batch; shares kept")
+		return
+	}
+	w.log.Info().Ints("from", vs.shares).Ints("to", next).Msg("shares capped at device memory")
+	vs.shares = next
 }
 
 // minShare is the smallest share a worker may get: 1, or 0 with

@@ -103,13 +103,13 @@ const (
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 3
+const recordVersion = 4
 
 // Sizes of the record's fixed arrays.
 const (
 	aliveWords  = 4 // alive bitmap: 64 members per word, so MaxView is 256
 	joinerSlots = 8 // pending joiners listed per boundary
-	spareWords  = 2 // room for further balance inputs (link probes)
+	spareWords  = 1 // room for a further field
 )
 
 // record is one worker's row of a vote. Every worker sends the same
@@ -149,11 +149,13 @@ type record struct {
 	model        balance.Model
 	speedChanged bool
 	// minShare and maxShare bound this worker's share (maxShare 0: no cap
-	// of its own).
+	// of its own). maxShare comes from headroom, the device memory in
+	// bytes this worker's batch may take (0: unknown; see shareCap).
 	minShare, maxShare int64
+	headroom           int64
 }
 
-const recordLen = 18 + aliveWords + joinerSlots + spareWords
+const recordLen = 19 + aliveWords + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
@@ -166,6 +168,7 @@ func (r *record) encode() []int64 {
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
+	row = append(row, r.headroom)
 	return row[:recordLen]
 }
 
@@ -181,6 +184,7 @@ func decodeRecord(row []int64) (record, int64) {
 	for i := range r.joiners {
 		r.joiners[i] = uint64(row[18+aliveWords+i])
 	}
+	r.headroom = row[18+aliveWords+joinerSlots]
 	return r, row[0] >> 8
 }
 

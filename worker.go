@@ -108,9 +108,10 @@ type Batch struct {
 type Option func(*options)
 
 type options struct {
-	state *State
-	t     transport.Transport
-	hooks Hooks
+	state  *State
+	t      transport.Transport
+	hooks  Hooks
+	device func() (kernels.Device, bool)
 }
 
 // WithState registers the trainer's state: Join makes every worker's
@@ -126,6 +127,19 @@ func WithTransport(t transport.Transport) Option { return func(o *options) { o.t
 
 // WithHooks sets the trainer-side span hooks.
 func WithHooks(h Hooks) Option { return func(o *options) { o.hooks = h } }
+
+// WithDevice sets how the worker learns the compute device it trains on,
+// which balancing reads at every boundary when Config.BytesPerSample is
+// set: the device's FreeBytes, plus the memory the worker's current share
+// holds (BytesPerSample per sample, which caching allocators keep), is
+// its headroom, and the share is capped at headroom / BytesPerSample.
+// probe returns false when there is no such device (no cap). The default
+// is the GPU at Config.LocalRank through NVML (kernels.GPUs), as
+// torchrun's LOCAL_RANK picks a GPU. A trainer that accounts for its
+// device memory itself can report its own figure.
+func WithDevice(probe func() (kernels.Device, bool)) Option {
+	return func(o *options) { o.device = probe }
+}
 
 // Worker is one member of a data-parallel training job. Join returns it
 // connected to its peers with its state equal to rank 0's; the trainer then
@@ -184,6 +198,11 @@ type Worker struct {
 	// is the share decision's state, the same on every member.
 	est balance.Estimator
 	bst balance.State
+	// device reports the worker's compute device, for its memory cap;
+	// held is the share of the last iteration this worker computed, whose
+	// memory its allocator may still hold (0 before its first).
+	device func() (kernels.Device, bool)
+	held   int
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -220,7 +239,10 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
+	if o.device == nil {
+		o.device = localGPU(cfg.LocalRank)
+	}
+	w := &Worker{device: o.device, cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
 		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
 		dialled: map[transport.PeerID]string{}}
 	w.life, w.stop = context.WithCancel(context.Background())
@@ -327,16 +349,23 @@ var errMoved = errors.New("gyre: the member is back at another address")
 // orders its ring, has every member hold root's state and iteration, and
 // commits it: the end of Join, and of a boundary that admitted workers.
 func (w *Worker) syncView(ctx context.Context, root int) error {
-	if err := w.agree(ctx); err != nil {
-		return err
-	}
-	if err := w.arrangeRing(ctx); err != nil {
+	if err := w.settleView(ctx); err != nil {
 		return err
 	}
 	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
 		return err
 	}
 	return w.state.commit(w.iter)
+}
+
+// settleView readies a new view's members: they check their settings
+// agree, cap the view's first shares at their device memory, and order
+// the ring.
+func (w *Worker) settleView(ctx context.Context) error {
+	if err := w.agree(ctx); err != nil {
+		return err
+	}
+	return w.arrangeRing(ctx)
 }
 
 // setView makes vs the current view, closing the previous one.
@@ -371,10 +400,17 @@ const refusedLinger = 3 * time.Second
 
 // agree checks that every worker registered the same state layout and the
 // same batch settings, so that a misconfigured worker fails Join on every
-// worker instead of training on different data.
+// worker instead of training on different data. With balancing, each
+// worker's record also carries its memory cap (shareCap), which the view's
+// first shares then respect.
 func (w *Worker) agree(ctx context.Context) error {
 	vs := w.cur
-	recs, err := w.vote(ctx, vs, record{kind: kindSettings, iter: -1, layout: w.state.layout(), decision: w.settingsDigest()})
+	rec := record{kind: kindSettings, iter: -1, layout: w.state.layout(), decision: w.settingsDigest(),
+		minShare: int64(w.minShare())}
+	if w.cfg.Balance == BalanceLBBSP {
+		rec.headroom, rec.maxShare = w.shareCap()
+	}
+	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
 		return err
 	}
@@ -388,7 +424,11 @@ func (w *Worker) agree(ctx context.Context) error {
 				ErrDiverged, r+1, vs.ids[r+1], vs.ids[0]))
 		}
 	}
-	return w.settle(ctx, vs, errors.Join(errs...))
+	if err := w.settle(ctx, vs, errors.Join(errs...)); err != nil {
+		return err
+	}
+	w.capShares(recs)
+	return nil
 }
 
 // confirm makes the outcome of the state broadcast known to every worker,
