@@ -77,7 +77,7 @@
 // does. An error in the trainer's own code midway through an iteration is
 // handled by Abandon, on every worker, and running the iteration again.
 //
-// Views. A view is an epoch and its members in ring order. In the static
+// Views. A view is an epoch and its members in rank order. In the static
 // view Config.Peers lists every worker's data-plane address in rank order,
 // as `gyre launch --static` or an MPI-style launcher passes it, and it
 // never changes. With gossip (hashicorp/memberlist, through package
@@ -100,6 +100,13 @@
 //     has the next epoch, and its ring starts from the old one's measured
 //     bandwidth. The first boundary of every view checks the state.
 //
+// Ring order. Every new view of 4 or more members probes its links (4 MiB
+// each way per pair, on the probe channel), allgathers the speeds, and
+// runs its data ring in the order ring.ChooseOrder picks from them, the
+// same on every member: the one that crosses slow links least. Ranks keep
+// their meaning; View.RingOrder gives the order. Config.RingOrder
+// RingOrderFixed keeps address order.
+//
 // A worker left in an older epoch fails with ring.ErrStaleEpoch at its
 // first exchange with the newer view, and does not mix its data with it.
 // Shares. With Config.Balance BalanceLBBSP (the default) every worker fits
@@ -108,7 +115,9 @@
 // the same next shares from the table, moving samples from slow workers to
 // fast ones, damped, while the global batch stays exact. BalanceStatic
 // keeps equal shares, or Config.Shares. A new view starts from equal
-// shares.
+// shares. With Config.BytesPerSample, a worker's share is capped at its
+// device's memory headroom over it (WithDevice; the GPU at LocalRank by
+// default), from a view's first iteration on.
 //
 // Recovery from a lost worker comes next; until then a failed collective
 // is an error.
