@@ -16,3 +16,11 @@ func FailIteration(w *Worker, err error) {
 		w.failed = err
 	}
 }
+
+// SetReprobeEvery sets how often views probe their links again, in
+// iterations, and returns a function that restores it.
+func SetReprobeEvery(n int64) (restore func()) {
+	old := reprobeEvery
+	reprobeEvery = n
+	return func() { reprobeEvery = old }
+}

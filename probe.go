@@ -35,6 +35,13 @@ const (
 	minOrderedRing = 4
 )
 
+// reprobeEvery is how often, in iterations, a view that keeps its
+// members probes its links again, so that the ring follows links whose
+// speed changed (traffic of other jobs, a rerouted uplink): rarely, as a
+// probe round pauses training for a few hundred milliseconds. A variable
+// so that tests can shorten it.
+var reprobeEvery int64 = 1000
+
 // probeAck flags a probe's acknowledgement, as opposed to its payload.
 const probeAck = 1
 
@@ -42,7 +49,9 @@ const probeAck = 1
 // (Config.RingOrder auto, 4 or more members): every member probes, the
 // speeds are allgathered on the control channel into one table, and every
 // member derives the same order from it. The order changes who passes to
-// whom on the data channel, never the ranks.
+// whom on the data channel, never the ranks. It runs where no collective
+// is in flight: in a new view before the state broadcast, and at a
+// boundary every reprobeEvery iterations.
 func (w *Worker) arrangeRing(ctx context.Context) error {
 	vs := w.cur
 	n := len(vs.ids)
@@ -59,7 +68,19 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 	for r := range speed {
 		speed[r] = table[r*n : (r+1)*n : (r+1)*n]
 	}
+	if e := w.log.Debug(); e.Enabled() {
+		rows := make([]string, n)
+		for r, row := range speed {
+			rows[r] = fmt.Sprint(mbPerSec(row))
+		}
+		e.Strs("mb_s", rows).Msg("link speeds, a row per sender")
+	}
 	order := ring.ChooseOrder(speed)
+	if vs.speed != nil && slices.Equal(order, vs.order) {
+		w.log.Debug().Ints("order", vs.ringOrder()).Dur("took", time.Since(start)).Msg("ring order kept after link probes")
+		vs.speed = speed
+		return nil
+	}
 	if err := vs.data.SetOrder(order); err != nil {
 		return err
 	}
@@ -68,6 +89,15 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 		Float64("address_order_slowest_mb_s", slowestLink(speed, nil)/1e6).Dur("took", time.Since(start)).
 		Msg("ring ordered from link probes")
 	return nil
+}
+
+// mbPerSec converts speeds in bytes per second to whole MB/s, for logs.
+func mbPerSec(speed []int64) []int64 {
+	out := make([]int64, len(speed))
+	for i, s := range speed {
+		out[i] = s / 1e6
+	}
+	return out
 }
 
 // slowestLink returns the slowest link speed of the ring through order

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +90,67 @@ func TestRingOrderFollowsRacks(t *testing.T) {
 			c.EnsureSameState(t)
 		})
 	}
+}
+
+// TestRingOrderFollowsLinkChanges: 4 workers start on links of one kind,
+// in address order; then two racks form behind a slow uplink. At the next
+// re-probe (every 4 iterations here) every worker moves to the same ring,
+// crossing between the racks twice, between two iterations, and the
+// training goes on to identical state.
+func TestRingOrderFollowsLinkChanges(t *testing.T) {
+	defer gyre.SetReprobeEvery(4)()
+	models := make([]*toy, 4)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 4,
+		Config: func(r int, c *gyre.Config) { c.GlobalBatch = 40 },
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			return models[r].state()
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var racks sync.Once
+	orders := make([][][]int, 4) // per rank, per iteration
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		for w.Iter() < 7 {
+			orders[r] = append(orders[r], w.View().RingOrder)
+			g := models[r].grad(w.Batch().Indices)
+			w.AllReduceAsync64(ctx, "g", g)
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+			models[r].step(g)
+			if w.Iter() == 1 {
+				racks.Do(func() { twoRacks(c.Net, c.IDs) })
+			}
+			if _, err := w.Boundary(ctx); err != nil {
+				return err
+			}
+			if err := w.Commit(); err != nil {
+				return err
+			}
+		}
+		return w.Leave(ctx)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range orders {
+		for it, o := range orders[r] {
+			if !slices.Equal(o, orders[0][it]) {
+				t.Fatalf("iteration %d: rank %d runs ring %v, rank 0 %v", it, r, o, orders[0][it])
+			}
+		}
+	}
+	for it, o := range orders[0] {
+		crossings := 0
+		for i, r := range o {
+			if r%2 != o[(i+1)%4]%2 {
+				crossings++
+			}
+		}
+		if want := map[bool]int{true: 4, false: 2}[it < 4]; crossings != want {
+			t.Fatalf("iteration %d runs ring %v, crossing the racks %d times, want %d (orders %v)", it, o, crossings, want, orders[0])
+		}
+	}
+	c.EnsureSameState(t)
 }

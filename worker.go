@@ -709,6 +709,11 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if !d.Changed && w.cfg.Balance == BalanceLBBSP {
 		ch.SharesChanged = w.rebalance(recs)
 	}
+	if !d.Changed && w.iter%reprobeEvery == 0 {
+		if err := w.arrangeRing(ctx); err != nil {
+			return Change{}, w.lost(vs, w.iter-1, err)
+		}
+	}
 	if d.Changed {
 		if err := w.changeView(ctx, d, false); err != nil {
 			return Change{}, err

@@ -8,13 +8,16 @@ import "slices"
 
 // ChooseOrder returns a ring order (for Config.Order) for the link speeds
 // speed, where speed[i][j] is the measured speed from rank i to rank j in
-// bytes per second (0: unknown, treated as the slowest link). It returns
+// bytes per second (0: unknown, treated as the slowest link), as measured
+// by i. It returns
 // nil, rank order, unless another order is at least 10% cheaper.
 //
 // An order's cost is the sum over its links (i to the next) of the time a
 // byte takes on it: a ring allreduce moves the same bytes over every link,
 // and links that share a slow uplink share its speed too, so crossing it
-// fewer times is what makes the ring faster. Speeds are first grouped
+// fewer times is what makes the ring faster. A probe can only
+// under-measure a link (a transfer still ramping up, a busy CPU), so a
+// pair's speed is the faster of its two directions. Speeds are then grouped
 // into tiers, a new tier starting wherever the sorted speeds jump by more
 // than 2×, and every link costs as the slowest of its tier: measurement
 // noise between links of one kind does not then reorder the ring. Up to
@@ -49,14 +52,20 @@ const exactOrderMax = 12
 // tierGap is the jump between sorted link speeds that starts a new tier.
 const tierGap = 2
 
-// linkCosts returns cost[i][j], the time a byte takes from i to j in
-// units of 2⁻⁴⁰ s at the floor speed of the link's tier.
+// linkCosts returns cost[i][j], the time a byte takes between i and j in
+// units of 2⁻⁴⁰ s at the floor speed of the pair's tier.
 func linkCosts(speed [][]int64) [][]int64 {
 	n := len(speed)
+	at := func(i, j int) int64 { // the pair's speed: the faster direction
+		if j >= len(speed[i]) || i >= len(speed[j]) {
+			return 0
+		}
+		return max(speed[i][j], speed[j][i])
+	}
 	var known []int64
-	for i, row := range speed {
-		for j, s := range row {
-			if i != j && s > 0 {
+	for i := range n {
+		for j := range n {
+			if s := at(i, j); i != j && s > 0 {
 				known = append(known, s)
 			}
 		}
@@ -77,12 +86,12 @@ func linkCosts(speed [][]int64) [][]int64 {
 	for i := range cost {
 		cost[i] = make([]int64, n)
 		for j := range cost[i] {
-			switch {
+			switch s := at(i, j); {
 			case i == j:
-			case j >= len(speed[i]) || speed[i][j] <= 0:
+			case s <= 0:
 				cost[i][j] = 1 << 40 // unknown: as slow as 1 byte per second
 			default:
-				cost[i][j] = max(1, (1<<40)/floor(speed[i][j]))
+				cost[i][j] = max(1, (1<<40)/floor(s))
 			}
 		}
 	}
