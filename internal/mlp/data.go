@@ -240,12 +240,31 @@ func argmax(v []float64) int {
 	return best
 }
 
+// grow returns s resized to n, reallocating with a quarter to spare when
+// it is too small, so that a batch share creeping up by a few samples at
+// a time (balancing) does not reallocate every iteration.
+//
+// A new buffer is faulted in here, one store per page in a plain loop.
+// Otherwise its first writer faults the pages in: Dgemm's zeroing and
+// the bias copy are runs of memclr and memmove, assembly that the Go
+// scheduler cannot preempt, so for a 100 MB activation the process held
+// its CPU for about 0.3 s (all goroutines stopped once a GC wanted the
+// world), which a 15% CPU quota stretched past the peers' liveness
+// timeout.
 func grow(s []float64, n int) []float64 {
-	if cap(s) < n {
-		return make([]float64, n)
+	if cap(s) >= n {
+		return s[:n]
+	}
+	s = make([]float64, n, n+n/4)
+	s = s[:cap(s)]
+	for i := 0; i < len(s); i += pageFloats {
+		s[i] = 0
 	}
 	return s[:n]
 }
+
+// pageFloats is the float64s in a 4 KiB page.
+const pageFloats = 4096 / 8
 
 func growInts(s []int, n int) []int {
 	if cap(s) < n {

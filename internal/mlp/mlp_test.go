@@ -351,3 +351,21 @@ func TestSGDStep(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowLeavesRoom: a buffer grown past its capacity gets a quarter to
+// spare, zeroed, so shares creeping up reuse it; one that fits is reused.
+func TestGrowLeavesRoom(t *testing.T) {
+	s := grow(nil, 1000)
+	if len(s) != 1000 || cap(s) < 1250 {
+		t.Fatalf("grow(nil, 1000): len %d cap %d, want 1000 and at least 1250", len(s), cap(s))
+	}
+	for i, v := range s[:cap(s)] {
+		if v != 0 {
+			t.Fatalf("element %d of a new buffer is %v", i, v)
+		}
+	}
+	s[0] = 7
+	if r := grow(s, 1200); &r[0] != &s[0] || len(r) != 1200 || r[0] != 7 {
+		t.Fatalf("grow within capacity reallocated or lost data")
+	}
+}
