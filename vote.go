@@ -109,7 +109,7 @@ const recordVersion = 4
 const (
 	aliveWords  = 4 // alive bitmap: 64 members per word, so MaxView is 256
 	joinerSlots = 8 // pending joiners listed per boundary
-	spareWords  = 1 // room for a further field
+	spareWords  = 0 // room for further fields (grow recordLen and the version)
 )
 
 // record is one worker's row of a vote. Every worker sends the same
@@ -155,7 +155,7 @@ type record struct {
 	headroom           int64
 }
 
-const recordLen = 19 + aliveWords + joinerSlots + spareWords
+const recordLen = 20 + aliveWords + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
@@ -168,7 +168,7 @@ func (r *record) encode() []int64 {
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
-	row = append(row, r.headroom)
+	row = append(row, r.headroom, boolInt(r.model.Flat))
 	return row[:recordLen]
 }
 
@@ -185,6 +185,7 @@ func decodeRecord(row []int64) (record, int64) {
 		r.joiners[i] = uint64(row[18+aliveWords+i])
 	}
 	r.headroom = row[18+aliveWords+joinerSlots]
+	r.model.Flat = row[19+aliveWords+joinerSlots] != 0
 	return r, row[0] >> 8
 }
 

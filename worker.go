@@ -245,6 +245,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	w := &Worker{device: o.device, cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
 		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
 		dialled: map[transport.PeerID]string{}}
+	// A worker on a device (a GPU) fits the device's flat-then-linear
+	// time model.
+	_, w.est.Flat = w.device()
 	w.life, w.stop = context.WithCancel(context.Background())
 	if w.t == nil {
 		if w.t, err = NewTransport(cfg); err != nil {

@@ -14,12 +14,16 @@ type Obs struct {
 	Seconds float64
 }
 
-// Model is a worker's fitted compute time c(b) = Fixed + b/Rate,
-// quantised: FixedNs in nanoseconds, RateMicro in millionths of a sample
-// per second. A zero RateMicro means unknown (no data yet).
+// Model is a worker's fitted compute time, quantised: FixedNs in
+// nanoseconds, RateMicro in millionths of a sample per second. On a CPU
+// (Flat false) c(b) = Fixed + b/Rate. On a device (Flat true: a GPU) the
+// time is flat and then linear, c(b) = max(Fixed, b/Rate): a batch up to
+// the knee Fixed·Rate costs the same, as the device is not yet full. A
+// zero RateMicro means unknown (no data yet).
 type Model struct {
 	FixedNs   int64
 	RateMicro int64
+	Flat      bool
 }
 
 // Known reports whether the model has a rate.
@@ -35,16 +39,37 @@ func (m Model) Seconds(b int) float64 {
 	if b <= 0 {
 		return 0
 	}
+	if m.Flat {
+		return max(m.fixed(), float64(b)/m.rate())
+	}
 	return m.fixed() + float64(b)/m.rate()
 }
 
+// share is the most samples that fit in t seconds, unbounded: (t−Fixed)
+// ·Rate, or for a flat model t·Rate once t reaches Fixed, and -Inf below
+// it (no batch is that fast). The explicit float64 conversions keep the
+// compiler from fusing a multiply and an add, which would round
+// differently on CPUs with FMA.
+func (m Model) share(t float64) float64 {
+	if m.Flat {
+		if t < m.fixed() {
+			return math.Inf(-1)
+		}
+		return float64(t * m.rate())
+	}
+	return float64((t - m.fixed()) * m.rate())
+}
+
 func (m Model) String() string {
+	if m.Flat {
+		return fmt.Sprintf("max(%.3gs, b/%.4g per s)", m.fixed(), m.rate())
+	}
 	return fmt.Sprintf("%.3gs + b/%.4g per s", m.fixed(), m.rate())
 }
 
 // quantise rounds a fitted model to a Model.
-func quantise(fixed, rate float64) Model {
-	return Model{FixedNs: int64(math.Round(max(fixed, 0) * 1e9)), RateMicro: max(int64(math.Round(rate*1e6)), 1)}
+func quantise(fixed, rate float64, flat bool) Model {
+	return Model{FixedNs: int64(math.Round(max(fixed, 0) * 1e9)), RateMicro: max(int64(math.Round(rate*1e6)), 1), Flat: flat}
 }
 
 // Estimator parameters. The defaults suit iterations of a few
@@ -74,6 +99,9 @@ const (
 // per worker, fed from that worker's own measurements; it is not safe for
 // concurrent use.
 type Estimator struct {
+	// Flat fits a device's flat-then-linear model (see Model) instead of
+	// a CPU's fixed cost plus rate.
+	Flat          bool
 	Window        int     // default DefaultWindow
 	HalfLife      float64 // default DefaultHalfLife
 	ChangeRatio   float64 // default DefaultChangeRatio
@@ -149,6 +177,9 @@ func (e *Estimator) Fit() (Model, bool) {
 	if n == 0 {
 		return Model{}, false
 	}
+	if e.Flat {
+		return e.fitFlat(), true
+	}
 	x, y, w := make([]float64, n), make([]float64, n), make([]float64, n)
 	for i, o := range e.obs {
 		x[i], y[i] = float64(o.Samples), o.Seconds
@@ -159,7 +190,7 @@ func (e *Estimator) Fit() (Model, bool) {
 		if std > minSpread*mean {
 			fixed, slope := stat.LinearRegression(x, y, w, false)
 			if fixed >= 0 && slope > 0 && !math.IsNaN(fixed) {
-				return quantise(fixed, 1/slope), true
+				return quantise(fixed, 1/slope, false), true
 			}
 		}
 	}
@@ -168,5 +199,27 @@ func (e *Estimator) Fit() (Model, bool) {
 		sx += w[i] * x[i]
 		sy += w[i] * y[i]
 	}
-	return quantise(0, sx/sy), true
+	return quantise(0, sx/sy, false), true
+}
+
+// fitFlat fits c(b) = max(Fixed, b/Rate) to the kept observations, the
+// newest weighing most: the rate is the fastest per-sample rate seen (a
+// batch past the knee runs at it; one below it at less), and the flat
+// time the shortest time seen, which is the floor if a batch below the
+// knee was seen and an upper bound of it otherwise: the solver then
+// never expects a smaller batch to be faster than one it has timed.
+// Observations older than HalfLife·2 are used only while no newer one
+// exists, so a change of device speed is followed.
+func (e *Estimator) fitFlat() Model {
+	recent := e.obs[max(0, len(e.obs)-int(2*e.HalfLife)):]
+	var rate, floor float64
+	for i, o := range recent {
+		if r := float64(o.Samples) / o.Seconds; i == 0 || r > rate {
+			rate = r
+		}
+		if i == 0 || o.Seconds < floor {
+			floor = o.Seconds
+		}
+	}
+	return quantise(floor, rate, true)
 }

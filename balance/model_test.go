@@ -97,3 +97,23 @@ func TestChangeDetection(t *testing.T) {
 		t.Fatalf("%d observations kept, want %d", e.Len(), DefaultWindow)
 	}
 }
+
+// TestFitFlat: a device's iterations on both sides of its knee give its
+// floor and its rate; a model of a flat device predicts the floor below
+// the knee and the rate beyond.
+func TestFitFlat(t *testing.T) {
+	e := Estimator{Flat: true}
+	for _, b := range []int{50, 200, 150, 80, 300} {
+		e.Add(Obs{Samples: b, Seconds: max(0.1, float64(b)/1000)})
+	}
+	m, ok := e.Fit()
+	if !ok || !m.Flat || !near(m.fixed(), 0.1, 1e-9) || !near(m.rate(), 1000, 1e-9) {
+		t.Fatalf("fit %v (ok %v), want max(0.1 s, b/1000)", m, ok)
+	}
+	if got := m.Seconds(20); !near(got, 0.1, 1e-9) {
+		t.Fatalf("Seconds(20) = %v, want the floor 0.1", got)
+	}
+	if got := m.Seconds(400); !near(got, 0.4, 1e-9) {
+		t.Fatalf("Seconds(400) = %v, want 0.4", got)
+	}
+}

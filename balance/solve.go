@@ -25,9 +25,11 @@ const bisections = 200
 // Solve returns the shares, in the order of ws, that minimise the
 // predicted iteration time max cᵢ(bᵢ) subject to Σbᵢ = B and
 // Minᵢ ≤ bᵢ ≤ Maxᵢ. Every model must be Known. It water-fills: it finds
-// the level T at which Σ clamp((T−aᵢ)·vᵢ, Minᵢ, Maxᵢ) = B, then rounds by
-// largest remainder (ties to the lower index). The result depends only on
-// its integer inputs.
+// the lowest level T at which Σ clamp(bᵢ(T), Minᵢ, Maxᵢ) reaches B, where
+// bᵢ(T) is what worker i computes in T ((T−aᵢ)·vᵢ, or T·vᵢ for a flat
+// model once T reaches its flat time), then rounds by largest remainder
+// (ties to the lower index). The result depends only on its integer
+// inputs.
 func Solve(ws []Worker, B int) ([]int, error) {
 	lo, hi, err := bounds(ws, B)
 	if err != nil {
@@ -38,11 +40,12 @@ func Solve(ws []Worker, B int) ([]int, error) {
 			return nil, fmt.Errorf("balance: worker %d has no model yet", i)
 		}
 	}
-	// S(T) = Σ fill(T) is continuous and nondecreasing; S(0) = Σ Min ≤ B
-	// and S(top) = Σ Max ≥ B.
+	// S(T) = Σ fill(T) is nondecreasing; S(0) = Σ Min ≤ B and S(top) =
+	// Σ Max ≥ B. It is continuous but for flat models, which jump from
+	// Min to their knee where T reaches their flat time.
 	var top float64
 	for i, w := range ws {
-		top = max(top, w.Model.fixed()+float64(hi[i])/w.Model.rate())
+		top = max(top, w.Model.Seconds(hi[i]))
 	}
 	low, high := 0.0, top
 	x := make([]float64, len(ws))
@@ -54,7 +57,17 @@ func Solve(ws []Worker, B int) ([]int, error) {
 			low = mid
 		}
 	}
-	fill(ws, lo, hi, high, x)
+	// Just below the level the shares sum to under B, at it to B or (at a
+	// flat model's jump) more: blend the two so they sum to B. A worker
+	// whose share lies in its flat part costs the level either way.
+	xl := make([]float64, len(ws))
+	sl, sh := fill(ws, lo, hi, low, xl), fill(ws, lo, hi, high, x)
+	if sh > float64(B) && sh > sl {
+		f := float64((float64(B) - sl) / (sh - sl))
+		for i := range x {
+			x[i] = float64(xl[i] + float64(f*(x[i]-xl[i])))
+		}
+	}
 	return roundToSum(x, B, lo, hi), nil
 }
 
@@ -89,13 +102,10 @@ func bounds(ws []Worker, B int) (lo, hi []int, err error) {
 }
 
 // fill sets x to each worker's share at water level t and returns the sum.
-// The explicit float64 conversions keep the compiler from fusing a
-// multiply and an add, which would round differently on CPUs with FMA.
 func fill(ws []Worker, lo, hi []int, t float64, x []float64) float64 {
 	var sum float64
 	for i, w := range ws {
-		b := float64((t - w.Model.fixed()) * w.Model.rate())
-		x[i] = min(max(b, float64(lo[i])), float64(hi[i]))
+		x[i] = min(max(w.Model.share(t), float64(lo[i])), float64(hi[i]))
 		sum = float64(sum + x[i])
 	}
 	return sum

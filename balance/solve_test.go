@@ -10,12 +10,12 @@ import (
 )
 
 // randomTable draws n workers with rates spread over two decades, fixed
-// costs of up to 50 ms (or none), and bounds that leave the table feasible
-// for B.
+// costs of up to 50 ms (or none), a third of them flat-then-linear
+// (devices), and bounds that leave the table feasible for B.
 func randomTable(rng *rand.Rand, n, B int) []Worker {
 	ws := make([]Worker, n)
 	for i := range ws {
-		ws[i].Model = Model{RateMicro: int64(rng.Float64()*990e6) + 10e6}
+		ws[i].Model = Model{RateMicro: int64(rng.Float64()*990e6) + 10e6, Flat: rng.IntN(3) == 0}
 		if rng.IntN(2) == 0 {
 			ws[i].Model.FixedNs = rng.Int64N(50e6)
 		}
@@ -65,7 +65,7 @@ func TestSolveProperties(t *testing.T) {
 				t.Fatalf("trial %d: worker %d got %d outside [%d, %d]", trial, i, got[i], w.Min, hi)
 			}
 			for j, v := range ws {
-				faster := w.Model.FixedNs <= v.Model.FixedNs && w.Model.RateMicro >= v.Model.RateMicro
+				faster := w.Model.Flat == v.Model.Flat && w.Model.FixedNs <= v.Model.FixedNs && w.Model.RateMicro >= v.Model.RateMicro
 				if faster && got[i] < got[j] && got[i] != hi {
 					t.Fatalf("trial %d: worker %d (%v) is at least as fast as %d (%v) but got %d < %d",
 						trial, i, w.Model, j, v.Model, got[i], got[j])
@@ -148,6 +148,32 @@ func TestSolveNearOptimal(t *testing.T) {
 		}
 		if p := Predict(ws, got); p > best+slack*(1+1e-9) {
 			t.Fatalf("trial %d: %v predicts %.6g s, the best split %.6g s (one sample: %.3g s)", trial, got, p, best, slack)
+		}
+	}
+}
+
+// TestSolveFlatDevices: devices whose time is flat up to a knee are
+// filled up to it before anyone waits longer. Two GPUs with a 1 s floor
+// and knees of 100 samples share 150 evenly at 1 s; a GPU (1 s floor,
+// 1000 samples/s) beside a CPU (50 samples/s) takes all but the CPU's 1 s
+// worth of 600.
+func TestSolveFlatDevices(t *testing.T) {
+	gpu := func(rate int64) Worker {
+		return Worker{Model: Model{FixedNs: 1e9, RateMicro: rate * 1e6, Flat: true}, Min: 1}
+	}
+	cpu := Worker{Model: Model{RateMicro: 50e6}, Min: 1}
+	for _, tc := range []struct {
+		ws   []Worker
+		B    int
+		want []int
+	}{
+		{[]Worker{gpu(100), gpu(100)}, 150, []int{75, 75}},
+		{[]Worker{gpu(1000), cpu}, 600, []int{550, 50}},
+		{[]Worker{gpu(1000), cpu}, 2100, []int{2000, 100}}, // past the knee: 2 s each
+	} {
+		got, err := Solve(tc.ws, tc.B)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Solve(%v, %d) = %v, %v; want %v", tc.ws, tc.B, got, err, tc.want)
 		}
 	}
 }

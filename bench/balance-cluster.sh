@@ -16,9 +16,10 @@
 # share move, and how fast the shares settle after the cap change.
 # TRANSPORT is tcp (TLS; default) or quic. MODEL sets gyre train's model
 # and batch flags (default: an iteration of about 1 s of compute, and
-# communication well under 5% of it). OUT=DIR keeps the outputs.
+# communication well under 5% of it). SOLO_ITERS sets the solo runs'
+# iterations (default 8). OUT=DIR keeps the outputs.
 set -eu
-[ $# -ge 1 ] || { sed -n '2,21p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,20p' "$0" | cut -c3- >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +41,7 @@ job() { # job NAME HOSTS CAPS ITERS [VAR=VALUE...] -- [train flags]
 solos=""
 for cap in $(echo "$caps" | tr ',' '\n' | sort -u); do
   extra="--balance static"
-  job "solo$cap" 1 "$cap" 8
+  job "solo$cap" 1 "$cap" "${SOLO_ITERS:-8}"
   solos="$solos solo$cap"
 done
 extra="--balance static"

@@ -29,7 +29,7 @@
 # output with the load before and after. The cluster is torn down on exit,
 # whatever happens.
 set -eu
-[ $# -ge 4 ] || { sed -n '2,20p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,30p' "$0" | cut -c3- >&2; exit 2; }
 cluster=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 n=$2 rate=$3
 shift 3

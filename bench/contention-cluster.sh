@@ -13,7 +13,7 @@
 # ITERS (default 6; the first 2 are dropped) as in balance-cluster.sh.
 # OUT=DIR keeps the outputs. It needs root, as the cluster script does.
 set -eu
-[ $# -ge 1 ] || { sed -n '2,15p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,14p' "$0" | cut -c3- >&2; exit 2; }
 cluster=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-"$here/bench/out/contention-$(date -u +%Y%m%dT%H%M%SZ)"}

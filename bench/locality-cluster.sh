@@ -14,7 +14,7 @@
 # time over auto's; each run's table gives its busbw).
 # TRANSPORT is tcp (TLS; default) or quic. OUT=DIR keeps the outputs.
 set -eu
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" | cut -c3- >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
 here=$(cd "$(dirname "$0")/.." && pwd)
