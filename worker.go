@@ -128,13 +128,15 @@ func WithTransport(t transport.Transport) Option { return func(o *options) { o.t
 // WithHooks sets the trainer-side span hooks.
 func WithHooks(h Hooks) Option { return func(o *options) { o.hooks = h } }
 
-// WithDevice sets how the worker learns the compute device it trains on,
-// which balancing reads at every boundary when Config.BytesPerSample is
-// set: the device's FreeBytes, plus the memory the worker's current share
-// holds (BytesPerSample per sample, which caching allocators keep), is
-// its headroom, and the share is capped at headroom / BytesPerSample.
-// probe returns false when there is no such device (no cap). The default
-// is the GPU at Config.LocalRank through NVML (kernels.GPUs), as
+// WithDevice sets how the worker learns the compute device it trains on.
+// probe returns false when there is none: the worker is then a CPU
+// worker. Join calls it once: a worker with a device fits the device's
+// flat-then-linear time model (balance.Model's Flat). With
+// Config.BytesPerSample set, balancing also calls it at every boundary:
+// the device's FreeBytes, plus the memory the worker's last share holds
+// (BytesPerSample per sample, which caching allocators keep), is its
+// headroom, and the share is capped at headroom / BytesPerSample. The
+// default is the GPU at Config.LocalRank through NVML (kernels.GPUs), as
 // torchrun's LOCAL_RANK picks a GPU. A trainer that accounts for its
 // device memory itself can report its own figure.
 func WithDevice(probe func() (kernels.Device, bool)) Option {
