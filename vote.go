@@ -245,11 +245,13 @@ func (w *Worker) lost(vs *viewState, iter int64, err error) error {
 
 // blame names the member lost when err, a peer-gone failure, ended a
 // collective: the member unheard for longest, if any has been silent past
-// PeerTimeout, else the peer err names. Liveness comes first because a
-// crash is often seen through its consequences: a survivor that learned of
-// it first and gave up closes its connections at once, while the crashed
-// member's silence takes PeerTimeout to show; every survivor blames the
-// crashed one all the same.
+// PeerTimeout; else, after blameGrace, the member whose heartbeat
+// connection broke first; else the peer err names. Liveness comes first
+// because a crash is often seen through its consequences: a survivor that
+// learned of it first and gave up closes its connections at once, so the
+// peer err names may be that survivor, while the crashed member's silence
+// takes PeerTimeout to show and its broken connections (a killed process's
+// reset) came first. Every survivor blames the crashed one all the same.
 func (w *Worker) blame(vs *viewState, err error) (int, transport.PeerID, bool) {
 	now, best, longest := time.Now(), -1, w.cfg.PeerTimeout
 	for r, id := range vs.ids {
@@ -263,11 +265,26 @@ func (w *Worker) blame(vs *viewState, err error) (int, transport.PeerID, bool) {
 	if best >= 0 {
 		return best, vs.ids[best], true
 	}
+	time.Sleep(blameGrace) // every break of the moment has been seen
+	var first time.Time
+	for r, id := range vs.ids {
+		if at, ok := w.live.Broken(id); ok && r != vs.rank && (best < 0 || at.Before(first)) {
+			best, first = r, at
+		}
+	}
+	if best >= 0 {
+		return best, vs.ids[best], true
+	}
 	if p, ok := transport.PeerOf(err); ok {
 		return vs.rankOf(p), p, true
 	}
 	return -1, "", false
 }
+
+// blameGrace is how long blame waits for the heartbeat connections to
+// report breaks that happened at the same moment as the one that ended the
+// collective.
+const blameGrace = 100 * time.Millisecond
 
 // settle returns verdict once every worker holds the table it came from.
 // All workers judge the same table, so when one settles all do; the

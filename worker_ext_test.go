@@ -598,6 +598,29 @@ func TestFrozenWorkerIsLost(t *testing.T) {
 	}
 }
 
+// TestCrashIsBlamedNotTheSurvivorThatGaveUp: rank 1 crashes (its
+// connections reset) and rank 2 closes 20 ms later, as a survivor that
+// exits on the error does. Rank 0 names rank 1. (Over mem, rank 0's own
+// collective usually meets rank 1's reset first; the real-process case
+// where it meets rank 2's close first is TestLostWorkerIsDetected's
+// kill/tcp, and liveness's TestBroken checks the evidence blame orders.)
+func TestCrashIsBlamedNotTheSurvivorThatGaveUp(t *testing.T) {
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.Kill(t, 1)
+	time.Sleep(20 * time.Millisecond)
+	c.Workers[2].Close()
+	w := c.Workers[0]
+	w.AllReduceAsync64(ctx, "g", []float64{1})
+	w.Wait(ctx)
+	_, err := w.Boundary(ctx)
+	var pl *gyre.PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 || pl.Peer != c.IDs[1] {
+		t.Fatalf("rank 0: Boundary = %v, want a gyre.PeerLostError naming rank 1", err)
+	}
+}
+
 // toy is a linear least-squares model trained with SGD and momentum: small
 // enough to check exactly, with state of every kind.
 type toy struct {

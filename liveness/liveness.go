@@ -47,10 +47,13 @@ type Monitor struct {
 // peer is one watched peer: its two goroutines, when it was last heard,
 // and whether it said farewell or its connection ended.
 type peer struct {
-	heard  atomic.Int64 // unix nanoseconds
-	bye    atomic.Bool  // a farewell arrived
-	gone   atomic.Bool  // receiving from it failed: closed, reset or dropped
-	cancel context.CancelFunc
+	heard atomic.Int64 // unix nanoseconds
+	bye   atomic.Bool  // a farewell arrived
+	gone  atomic.Bool  // receiving from it failed: closed, reset or dropped
+	// brokeAt is when receiving from it first failed since it was last
+	// heard from (unix nanoseconds; 0: it has not).
+	brokeAt atomic.Int64
+	cancel  context.CancelFunc
 }
 
 // flagFarewell marks a heartbeat as the sender's farewell (Farewell).
@@ -116,6 +119,22 @@ func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, p.heard.Load())
+}
+
+// Broken reports when the heartbeat connection from peer broke (closed,
+// reset or dropped) without a farewell, if it has since the peer was last
+// heard from. Of several members whose connections broke within moments,
+// the first is usually the one that crashed: the others are survivors
+// that gave up on it and closed.
+func (m *Monitor) Broken(id transport.PeerID) (time.Time, bool) {
+	m.mu.Lock()
+	p := m.peers[id]
+	m.mu.Unlock()
+	if p == nil || p.bye.Load() {
+		return time.Time{}, false
+	}
+	at := p.brokeAt.Load()
+	return time.Unix(0, at), at != 0
 }
 
 // Farewell is the drain before a job's common end: it tells every watched
@@ -215,12 +234,14 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 		}
 		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
 			p.heard.Store(time.Now().UnixNano())
+			p.brokeAt.Store(0)
 			if h.Flags == flagFarewell {
 				p.bye.Store(true)
 			}
 			continue
 		}
 		p.gone.Store(true)
+		p.brokeAt.CompareAndSwap(0, time.Now().UnixNano())
 		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")
 		select {
 		case <-time.After(m.interval):

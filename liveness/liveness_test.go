@@ -157,3 +157,38 @@ func TestFarewell(t *testing.T) {
 		}
 	})
 }
+
+// TestBroken: a peer whose connection is killed shows as broken, from
+// about the moment it broke; a healthy one, or one that said farewell
+// before closing, does not.
+func TestBroken(t *testing.T) {
+	net, trs, mons := pair(t)
+	if !heardWithin(mons[0], "b", 3*interval) {
+		t.Fatal("no heartbeat")
+	}
+	if _, ok := mons[0].Broken("b"); ok {
+		t.Fatal("a healthy peer is broken")
+	}
+	killed := time.Now()
+	net.Kill("b")
+	var at time.Time
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(interval / 4) {
+		var ok bool
+		if at, ok = mons[0].Broken("b"); ok {
+			break
+		}
+	}
+	if at.IsZero() || at.Before(killed) || at.Sub(killed) > time.Second {
+		t.Fatalf("killed at %v, broken at %v", killed, at)
+	}
+
+	_, trs, mons = pair(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*interval)
+	defer cancel()
+	mons[1].Farewell(ctx, time.Minute) // says farewell; a's never comes, so it returns at ctx's end
+	trs[1].Close()
+	time.Sleep(5 * interval)
+	if at, ok := mons[0].Broken("b"); ok {
+		t.Fatalf("a peer that said farewell is broken at %v", at)
+	}
+}
