@@ -598,26 +598,29 @@ func TestFrozenWorkerIsLost(t *testing.T) {
 	}
 }
 
-// TestCrashIsBlamedNotTheSurvivorThatGaveUp: rank 1 crashes (its
-// connections reset) and rank 2 closes 20 ms later, as a survivor that
-// exits on the error does. Rank 0 names rank 1. (Over mem, rank 0's own
-// collective usually meets rank 1's reset first; the real-process case
-// where it meets rank 2's close first is TestLostWorkerIsDetected's
-// kill/tcp, and liveness's TestBroken checks the evidence blame orders.)
+// TestCrashIsBlamedNotTheSurvivorThatGaveUp: rank 1 crashes and, 20 ms
+// later, so do ranks 2 and 3, as survivors that saw it first and exited
+// on the error. Rank 0's ring (order 0-2-1-3) never touches rank 1: its
+// allreduce fails on rank 2, yet it names rank 1, whose heartbeat
+// connection broke first. The peer timeout is long, so silence cannot be
+// what decides.
 func TestCrashIsBlamedNotTheSurvivorThatGaveUp(t *testing.T) {
-	c := gyretest.MakeCluster(t, gyretest.Options{N: 3})
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Config: func(_ int, c *gyre.Config) { c.PeerTimeout = 10 * time.Second }})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	w := c.Workers[0]
+	if err := gyre.DataComm(w).SetOrder([]int{0, 2, 1, 3}); err != nil {
+		t.Fatal(err)
+	}
 	c.Kill(t, 1)
 	time.Sleep(20 * time.Millisecond)
-	c.Workers[2].Close()
-	w := c.Workers[0]
-	w.AllReduceAsync64(ctx, "g", []float64{1})
-	w.Wait(ctx)
-	_, err := w.Boundary(ctx)
+	c.Kill(t, 2)
+	c.Kill(t, 3)
+	w.AllReduceAsync64(ctx, "g", make([]float64, 1<<20)) // large enough for the ring
+	err := w.Wait(ctx)
 	var pl *gyre.PeerLostError
 	if !errors.As(err, &pl) || pl.Rank != 1 || pl.Peer != c.IDs[1] {
-		t.Fatalf("rank 0: Boundary = %v, want a gyre.PeerLostError naming rank 1", err)
+		t.Fatalf("rank 0: Wait = %v, want a gyre.PeerLostError naming rank 1", err)
 	}
 }
 
