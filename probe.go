@@ -76,17 +76,16 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 		e.Strs("mb_s", rows).Msg("link speeds, a row per sender")
 	}
 	order := ring.ChooseOrder(speed)
-	if vs.speed != nil && slices.Equal(order, vs.order) {
+	if vs.probed && slices.Equal(order, vs.order) {
 		w.log.Debug().Ints("order", vs.ringOrder()).Dur("took", time.Since(start)).Msg("ring order kept after link probes")
-		vs.speed = speed
 		return nil
 	}
 	if err := vs.data.SetOrder(order); err != nil {
 		return err
 	}
-	vs.order, vs.speed = order, speed
+	vs.order, vs.probed = order, true
 	w.log.Info().Ints("order", vs.ringOrder()).Float64("slowest_link_mb_s", slowestLink(speed, vs.ringOrder())/1e6).
-		Float64("address_order_slowest_mb_s", slowestLink(speed, nil)/1e6).Dur("took", time.Since(start)).
+		Float64("address_order_slowest_mb_s", slowestLink(speed, ring.RankOrder(n))/1e6).Dur("took", time.Since(start)).
 		Msg("ring ordered from link probes")
 	return nil
 }
@@ -100,29 +99,18 @@ func mbPerSec(speed []int64) []int64 {
 	return out
 }
 
-// slowestLink returns the slowest link speed of the ring through order
-// (nil: rank order), in bytes per second.
+// slowestLink returns the slowest link of the ring through order, in
+// bytes per second, taking each pair's faster direction as ChooseOrder
+// does.
 func slowestLink(speed [][]int64, order []int) float64 {
-	n := len(speed)
-	if order == nil {
-		order = identityOrder(n)
-	}
 	slowest := int64(-1)
-	for i, r := range order {
-		s := speed[r][order[(i+1)%n]]
-		if slowest < 0 || s < slowest {
+	for i, a := range order {
+		b := order[(i+1)%len(order)]
+		if s := max(speed[a][b], speed[b][a]); slowest < 0 || s < slowest {
 			slowest = s
 		}
 	}
 	return float64(slowest)
-}
-
-func identityOrder(n int) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	return order
 }
 
 // probeLinks measures this worker's send speed to every other member of
@@ -261,7 +249,7 @@ func (p prober) await(ctx context.Context, flags uint8) error {
 // was chosen.
 func (vs *viewState) ringOrder() []int {
 	if vs.order == nil {
-		return identityOrder(len(vs.ids))
+		return ring.RankOrder(len(vs.ids))
 	}
 	return slices.Clone(vs.order)
 }

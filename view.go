@@ -26,10 +26,11 @@ type viewState struct {
 	ctrl *ring.Comm
 	f32  *ring.Fuser[float32]
 	f64  *ring.Fuser[float64]
-	// order is the data ring's order (nil: rank order) and speed the link
-	// speeds it was chosen from (nil: not probed); see arrangeRing.
-	order []int
-	speed [][]int64
+	// order is the data ring's order (nil: rank order), a copy of the
+	// data Comm's that View reads without waiting for a collective;
+	// probed says the links have been probed (see arrangeRing).
+	order  []int
+	probed bool
 }
 
 // newViewState builds the communicators and gradient fusers of the view of

@@ -92,9 +92,7 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
 			compressName(o.Compress), o.Warmup, o.Check)}
 	if rep.RingOrder = c.Order(); rep.RingOrder == nil {
-		for r := range c.Size() {
-			rep.RingOrder = append(rep.RingOrder, r)
-		}
+		rep.RingOrder = ring.RankOrder(c.Size())
 	}
 	if err := o.Validate(); err != nil {
 		return rep, err

@@ -185,10 +185,7 @@ func kinds(n int) []kind {
 // shuffledOrder returns a fixed ring order of n ranks that is neither rank
 // order nor its reverse (for n > 3).
 func shuffledOrder(n int) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
+	order := RankOrder(n)
 	rand.New(rand.NewPCG(uint64(n), 7)).Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
 	return order
 }

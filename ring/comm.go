@@ -303,7 +303,8 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 // Size returns the number of members.
 func (c *Comm) Size() int { return len(c.members) }
 
-// Order returns the ring order, nil for rank order.
+// Order returns the ring order, nil for rank order (RankOrder). It waits
+// for a collective in flight to end.
 func (c *Comm) Order() []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -29,20 +29,26 @@ func ChooseOrder(speed [][]int64) []int {
 		return nil // every ring of 3 or fewer is the same ring
 	}
 	cost := linkCosts(speed)
-	identity := make([]int, n)
-	for i := range identity {
-		identity[i] = i
-	}
 	var best []int
 	if n <= exactOrderMax {
 		best = cheapestRing(cost)
 	} else {
 		best = improveRing(cost, nearestRing(cost))
 	}
-	if ringCost(cost, best)*10 > ringCost(cost, identity)*9 {
+	if ringCost(cost, best)*10 > ringCost(cost, RankOrder(n))*9 {
 		return nil
 	}
 	return best
+}
+
+// RankOrder returns rank order as an explicit ring order, 0 to n-1: what
+// a nil Config.Order means.
+func RankOrder(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	return order
 }
 
 // exactOrderMax is the most ranks ChooseOrder orders exactly: the search

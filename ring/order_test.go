@@ -32,10 +32,7 @@ func rackSpeeds(rng *rand.Rand, rack []int, fast, slow int64) [][]int64 {
 // crossings counts the ring's links between racks.
 func crossings(order []int, rack []int) int {
 	if order == nil {
-		order = make([]int, len(rack))
-		for i := range order {
-			order[i] = i
-		}
+		order = RankOrder(len(rack))
 	}
 	c := 0
 	for i, r := range order {
@@ -132,10 +129,7 @@ func TestCheapestRingIsCheapest(t *testing.T) {
 			t.Fatalf("cost %v: %v is not a ring from 0", cost, got)
 		}
 		best := int64(-1)
-		perm := make([]int, n)
-		for i := range perm {
-			perm[i] = i
-		}
+		perm := RankOrder(n)
 		permute(perm, 1, func(p []int) {
 			if c := ringCost(cost, p); best < 0 || c < best {
 				best = c
