@@ -18,13 +18,54 @@ import (
 // ranks 0 and 2 sat in one rack and 1 and 3 in another behind a slow
 // uplink: address order then crosses between the racks at every link.
 func twoRacks(net *mem.Network, ids []transport.PeerID) {
+	racks(net, ids, func(r int) int { return r % 2 })
+}
+
+// blockRacks puts ranks 0 and 1 in one rack and 2 and 3 in another:
+// address order crosses between them twice, the fewest a ring can.
+func blockRacks(net *mem.Network, ids []transport.PeerID) {
+	racks(net, ids, func(r int) int { return r / 2 })
+}
+
+// racks delays every message between ranks in different racks by 40 ms
+// and clears the links within a rack.
+func racks(net *mem.Network, ids []transport.PeerID, rackOf func(rank int) int) {
 	for a := range ids {
 		for b := range ids {
-			if a%2 != b%2 {
-				net.SetLink(ids[a], ids[b], mem.Link{Delay: 40 * time.Millisecond})
+			var l mem.Link
+			if rackOf(a) != rackOf(b) {
+				l.Delay = 40 * time.Millisecond
 			}
+			net.SetLink(ids[a], ids[b], l)
 		}
 	}
+}
+
+// rackCrossings counts the links of the ring through order that cross
+// between twoRacks' racks.
+func rackCrossings(order []int) int {
+	n := 0
+	for i, r := range order {
+		if r%2 != order[(i+1)%len(order)]%2 {
+			n++
+		}
+	}
+	return n
+}
+
+// trainStep runs one iteration of m on w: its batch's gradient, one
+// allreduce, the step, the boundary and the commit.
+func trainStep(ctx context.Context, w *gyre.Worker, m *toy) error {
+	g := m.grad(w.Batch().Indices)
+	w.AllReduceAsync64(ctx, "g", g)
+	if err := w.Wait(ctx); err != nil {
+		return err
+	}
+	m.step(g)
+	if _, err := w.Boundary(ctx); err != nil {
+		return err
+	}
+	return w.Commit()
 }
 
 // TestRingOrderFollowsRacks: 4 workers in two racks. With the default
@@ -48,16 +89,7 @@ func TestRingOrderFollowsRacks(t *testing.T) {
 			errs := c.Run(func(r int, w *gyre.Worker) error {
 				orders[r] = w.View().RingOrder
 				for w.Iter() < 5 {
-					g := models[r].grad(w.Batch().Indices)
-					w.AllReduceAsync64(ctx, "g", g)
-					if err := w.Wait(ctx); err != nil {
-						return err
-					}
-					models[r].step(g)
-					if _, err := w.Boundary(ctx); err != nil {
-						return err
-					}
-					if err := w.Commit(); err != nil {
+					if err := trainStep(ctx, w, models[r]); err != nil {
 						return err
 					}
 				}
@@ -71,12 +103,7 @@ func TestRingOrderFollowsRacks(t *testing.T) {
 					t.Fatalf("workers chose different ring orders: %v", orders)
 				}
 			}
-			crossings := 0
-			for i, r := range orders[0] {
-				if r%2 != orders[0][(i+1)%4]%2 {
-					crossings++
-				}
-			}
+			crossings := rackCrossings(orders[0])
 			want := 2
 			if mode == gyre.RingOrderFixed {
 				want = 4
@@ -92,15 +119,17 @@ func TestRingOrderFollowsRacks(t *testing.T) {
 	}
 }
 
-// TestRingOrderFollowsLinkChanges: 4 workers start on links of one kind,
-// in address order; then two racks form behind a slow uplink. At the next
-// re-probe (every 4 iterations here) every worker moves to the same ring,
-// crossing between the racks twice, between two iterations, and the
-// training goes on to identical state.
+// TestRingOrderFollowsLinkChanges: 4 workers start in racks of ranks
+// {0, 1} and {2, 3}, which address order already crosses as rarely as a
+// ring can, so they keep it; then the racks change to {0, 2} and {1, 3},
+// which address order crosses at every link. At the next re-probe (every
+// 4 iterations here) every worker moves to the same ring, crossing the
+// new racks twice, between the same two iterations, and the training goes
+// on to identical state.
 func TestRingOrderFollowsLinkChanges(t *testing.T) {
 	defer gyre.SetReprobeEvery(4)()
 	models := make([]*toy, 4)
-	c := gyretest.MakeCluster(t, gyretest.Options{N: 4,
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Links: blockRacks,
 		Config: func(r int, c *gyre.Config) { c.GlobalBatch = 40 },
 		State: func(r int) *gyre.State {
 			models[r] = newToy()
@@ -108,24 +137,15 @@ func TestRingOrderFollowsLinkChanges(t *testing.T) {
 		}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var racks sync.Once
+	var change sync.Once
 	orders := make([][][]int, 4) // per rank, per iteration
 	errs := c.Run(func(r int, w *gyre.Worker) error {
 		for w.Iter() < 7 {
 			orders[r] = append(orders[r], w.View().RingOrder)
-			g := models[r].grad(w.Batch().Indices)
-			w.AllReduceAsync64(ctx, "g", g)
-			if err := w.Wait(ctx); err != nil {
-				return err
-			}
-			models[r].step(g)
 			if w.Iter() == 1 {
-				racks.Do(func() { twoRacks(c.Net, c.IDs) })
+				change.Do(func() { twoRacks(c.Net, c.IDs) })
 			}
-			if _, err := w.Boundary(ctx); err != nil {
-				return err
-			}
-			if err := w.Commit(); err != nil {
+			if err := trainStep(ctx, w, models[r]); err != nil {
 				return err
 			}
 		}
@@ -142,12 +162,7 @@ func TestRingOrderFollowsLinkChanges(t *testing.T) {
 		}
 	}
 	for it, o := range orders[0] {
-		crossings := 0
-		for i, r := range o {
-			if r%2 != o[(i+1)%4]%2 {
-				crossings++
-			}
-		}
+		crossings := rackCrossings(o)
 		if want := map[bool]int{true: 4, false: 2}[it < 4]; crossings != want {
 			t.Fatalf("iteration %d runs ring %v, crossing the racks %d times, want %d (orders %v)", it, o, crossings, want, orders[0])
 		}
