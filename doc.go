@@ -101,7 +101,8 @@
 //     bandwidth. The first boundary of every view checks the state.
 //
 // Ring order. Every new view of 4 or more members probes its links (4 MiB
-// each way per pair, on the probe channel), allgathers the speeds, and
+// each way per pair, on the probe channel; again every 1000 iterations),
+// allgathers the speeds, and
 // runs its data ring in the order ring.ChooseOrder picks from them, the
 // same on every member: the one that crosses slow links least. Ranks keep
 // their meaning; View.RingOrder gives the order. Config.RingOrder
