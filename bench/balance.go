@@ -63,9 +63,9 @@ type BalanceRun struct {
 	// consecutive iterations of the steady state, in samples.
 	MaxMove int `json:"max_move"`
 	// Settled, in the changed run, is how many iterations after ChangeAt
-	// every share first lies within 10% of its new steady state (the
-	// median share over iterations ChangeAt+10 to ChangeAt+20); -1 if
-	// never, 0 if not measured.
+	// every share lies within 10% of its new steady state (the median
+	// share over iterations ChangeAt+10 to ChangeAt+20) and stays there
+	// through ChangeAt+20; -1 if never, 0 if not measured.
 	Settled int `json:"settled"`
 	// ChangeAt is the first iteration under the changed cap (-1: the
 	// change came after the run).
@@ -154,7 +154,8 @@ func maxMove(its []IterMetrics, from int64) int {
 }
 
 // settled is how many iterations after at every share is within 10% of
-// its median over at+10 to at+20; -1 if never.
+// its median over at+10 to at+20 and stays there through at+20; -1 if
+// never. Touching the band and leaving it again is not settling.
 func settled(its []IterMetrics, at int64) int {
 	byIter := map[int64][]int{}
 	for _, m := range its {
@@ -179,22 +180,32 @@ func settled(its []IterMetrics, at int64) int {
 		}
 		target[i] = Median(col)
 	}
-	for k := at; k <= at+20; k++ {
-		s, ok := byIter[k]
-		if !ok || len(s) != len(target) {
-			continue
+	within := func(s []int) bool {
+		if len(s) != len(target) {
+			return false
 		}
-		within := true
 		for i, v := range s {
 			if math.Abs(float64(v)-target[i]) > 0.1*target[i] {
-				within = false
+				return false
 			}
 		}
-		if within {
-			return int(k - at)
+		return true
+	}
+	from := int64(-1)
+	for k := at; k <= at+20; k++ {
+		s, ok := byIter[k]
+		switch {
+		case !ok:
+		case !within(s):
+			from = -1
+		case from < 0:
+			from = k
 		}
 	}
-	return -1
+	if from < 0 {
+		return -1
+	}
+	return int(from - at)
 }
 
 // SetCommand records the command line that produced the report.

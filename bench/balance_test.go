@@ -58,6 +58,21 @@ func TestAnalyseBalance(t *testing.T) {
 	if r := byTime.Runs[0]; r.ChangeAt != 30 || r.Settled != 2 {
 		t.Fatalf("by time: change at %d, settled %d", r.ChangeAt, r.Settled)
 	}
+	// Shares that reach the band and leave it again have not settled:
+	// from 31 to 33 they are in it, at 34 out, back from 35.
+	bounce := synthetic(60, 300, func(k int64) []int {
+		switch {
+		case k < 31:
+			return []int{12, 12, 12, 4}
+		case k == 34:
+			return []int{8, 13, 14, 5}
+		}
+		return []int{5, 15, 16, 4}
+	})
+	again, _ := AnalyseBalance(BalanceOptions{Steady: 20, ChangeAt: 30, Changed: "lbbsp"}, nil, []string{"lbbsp"}, [][]IterMetrics{bounce})
+	if r := again.Runs[0]; r.Settled != 5 {
+		t.Fatalf("shares that left the band at 34: settled %d, want 5", r.Settled)
+	}
 	var out bytes.Buffer
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
