@@ -8,9 +8,11 @@
 //
 //   - An Estimator runs on each worker over its own recent iterations
 //     (samples, compute seconds) and fits c(b) = a + b/v by
-//     recency-weighted least squares, with a change detector that forgets
-//     the history when the worker slows down sharply. Its Model is quantised
-//     to integers, so that the models every worker publishes are exact.
+//     recency-weighted least squares, keeping a only when it is
+//     significant, with a change detector that forgets the history when
+//     the worker slows down sharply and holds single slow iterations
+//     (spikes) out of the fit. Its Model is quantised to integers, so
+//     that the models every worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time
 //     max cᵢ(bᵢ) subject to Σbᵢ = B and minᵢ ≤ bᵢ ≤ maxᵢ, by water-filling,
@@ -19,5 +21,6 @@
 //     worker, whatever its CPU, derives the same shares.
 //   - Step damps Solve's moves: it moves part of the way, keeps the shares
 //     when the predicted gain is small, halves its step when shares
-//     oscillate, and jumps at once when a worker slowed down.
+//     oscillate and restores it as they stop, and jumps at once when a
+//     worker slowed down.
 package balance

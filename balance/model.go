@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Obs is one iteration of one worker: the samples it computed and the
@@ -89,10 +90,20 @@ const (
 	// DefaultChangeConfirm is how many iterations in a row must show the
 	// change before the history is dropped.
 	DefaultChangeConfirm = 2
+	// DefaultChangeEvidence is what those iterations' slow-downs (measured
+	// over predicted time), multiplied, must reach as well: two
+	// iterations at 2× or more (a cap cut from 50% to 15% is 3.3×), three
+	// at 1.6×, four at 1.5×. Two spikes in a row at 1.6× are not enough.
+	DefaultChangeEvidence = 4.0
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
 	// cost from the rate; below it the rate is fitted through the origin.
 	minSpread = 0.05
+	// fixedLevel is the one-sided significance level at which a fitted
+	// fixed cost is kept (Student's t over the effective observations).
+	// It is strict because the recency weights keep a fit that chance let
+	// through for many iterations.
+	fixedLevel = 0.001
 )
 
 // Estimator fits one worker's model from its recent iterations. Use one
@@ -101,14 +112,17 @@ const (
 type Estimator struct {
 	// Flat fits a device's flat-then-linear model (see Model) instead of
 	// a CPU's fixed cost plus rate.
-	Flat          bool
-	Window        int     // default DefaultWindow
-	HalfLife      float64 // default DefaultHalfLife
-	ChangeRatio   float64 // default DefaultChangeRatio
-	ChangeConfirm int     // default DefaultChangeConfirm
+	Flat           bool
+	Window         int     // default DefaultWindow
+	HalfLife       float64 // default DefaultHalfLife
+	ChangeRatio    float64 // default DefaultChangeRatio
+	ChangeConfirm  int     // default DefaultChangeConfirm
+	ChangeEvidence float64 // default DefaultChangeEvidence
 
-	obs    []Obs // oldest first, at most Window
-	misses int   // iterations in a row slower than the model predicted
+	obs      []Obs   // oldest first, at most Window
+	held     []Obs   // slow iterations in a row, not yet a change, kept out of obs
+	evidence float64 // the product of the held iterations' slow-downs
+	warmed   bool    // the first iteration, a warm-up, has been replaced
 }
 
 func (e *Estimator) defaults() {
@@ -124,53 +138,84 @@ func (e *Estimator) defaults() {
 	if e.ChangeConfirm <= 0 {
 		e.ChangeConfirm = DefaultChangeConfirm
 	}
+	if e.ChangeEvidence <= 0 {
+		e.ChangeEvidence = DefaultChangeEvidence
+	}
 }
 
 // Add records an iteration and reports whether the worker slowed down:
-// this and the previous ChangeConfirm-1 iterations took over ChangeRatio
-// longer than the model fitted before them predicted. Then the history is
-// cut to those iterations, so the next Fit follows the new speed at once,
-// and the shares may jump rather than creep, since everyone waits for a
-// straggler. A worker that gets faster is followed by the recency weights
-// alone: on a CPU-capped host a small share fits in one period's quota
-// and runs at full speed, which is no lasting change. Iterations with no
-// samples or no time carry no information and are skipped.
+// this and at least the previous ChangeConfirm-1 iterations each took
+// over ChangeRatio longer than the model fitted before them predicted,
+// and their slow-downs multiplied reach ChangeEvidence.
+//
+// A slow iteration is held out of the fit until the next one says what
+// it was. If that one is slow too, the worker changed speed: the history
+// is cut to the slow iterations but the first, which may have straddled
+// the change and so be faster than the new speed, and the next Fit
+// follows the new speed at once, so the shares may jump rather than
+// creep, since everyone waits for a straggler. If it is not, the held
+// iteration was a spike (a collector cycle, a trainer growing its
+// buffers at a larger share, a page-fault storm) and is dropped: fitted,
+// one such iteration at a new batch size set the slope of the fit.
+//
+// A worker that gets faster is followed by the recency weights alone: on
+// a CPU-capped host a small share fits in one period's quota and runs at
+// full speed, which is no lasting change.
+//
+// The first iteration is a warm-up (buffers allocated and touched for the
+// first time, cold caches) and stands only until the second replaces it.
+// Iterations with no samples or no time carry no information and are
+// skipped.
 func (e *Estimator) Add(o Obs) (changed bool) {
 	e.defaults()
 	if o.Samples <= 0 || !(o.Seconds > 0) || math.IsInf(o.Seconds, 0) {
 		return false
 	}
+	if len(e.obs) == 1 && !e.warmed {
+		e.obs[0], e.warmed = o, true
+		return false
+	}
 	if m, ok := e.Fit(); ok {
-		if pred := m.Seconds(o.Samples); o.Seconds > (1+e.ChangeRatio)*pred {
-			e.misses++
-		} else {
-			e.misses = 0
+		if slow := o.Seconds / m.Seconds(o.Samples); slow > 1+e.ChangeRatio {
+			if len(e.held) == 0 {
+				e.evidence = 1
+			}
+			e.held = append(e.held, o)
+			e.evidence *= slow
+			if len(e.held) < e.ChangeConfirm || e.evidence < e.ChangeEvidence {
+				return false
+			}
+			keep := e.held[min(1, len(e.held)-1):]
+			e.obs = append(e.obs[:0], keep...)
+			e.held = e.held[:0]
+			return true
 		}
 	}
+	e.held = e.held[:0]
 	e.obs = append(e.obs, o)
 	if len(e.obs) > e.Window {
 		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
 	}
-	if e.misses >= e.ChangeConfirm {
-		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.misses:]...)
-		e.misses = 0
-		return true
-	}
 	return false
 }
 
-// Reset forgets every observation.
-func (e *Estimator) Reset() { e.obs, e.misses = e.obs[:0], 0 }
+// Reset forgets every observation; the next is a warm-up again.
+func (e *Estimator) Reset() { e.obs, e.held, e.warmed = e.obs[:0], e.held[:0], false }
 
-// Len is the number of observations kept.
+// Len is the number of observations the fit uses.
 func (e *Estimator) Len() int { return len(e.obs) }
 
 // Fit returns the model of the kept observations, false with none. The
-// weights halve every HalfLife iterations of age. With enough spread in
-// batch sizes it fits the fixed cost and the rate by weighted least
-// squares; otherwise, or when that fit is not physical (a negative fixed
-// cost or a non-positive rate), it fits the rate through the origin, the
-// CPU case where the fixed cost is close to 0.
+// weights halve every HalfLife iterations of age. It fits the fixed cost
+// and the rate by weighted least squares when the data show a fixed cost:
+// batch sizes spread enough, and a fitted fixed cost that is positive and
+// significant at fixedLevel. Otherwise it fits the rate through
+// the origin, the CPU case, where the fixed cost is close to 0. The test
+// matters because shares near their balance vary by a few percent, as
+// much as the timing noise, and a free fit of that reads noise as a
+// fixed cost: seen on a CPU-capped host, 3.17 s + b/13670 per s for a
+// worker that computed 7000 samples in 4 s at about 1800 per s, which
+// the solver took for a worker that could take many more samples.
 func (e *Estimator) Fit() (Model, bool) {
 	e.defaults()
 	n := len(e.obs)
@@ -189,7 +234,7 @@ func (e *Estimator) Fit() (Model, bool) {
 		mean, std := stat.MeanStdDev(x, w)
 		if std > minSpread*mean {
 			fixed, slope := stat.LinearRegression(x, y, w, false)
-			if fixed >= 0 && slope > 0 && !math.IsNaN(fixed) {
+			if slope > 0 && fixedSignificant(x, y, w, fixed, slope) {
 				return quantise(fixed, 1/slope, false), true
 			}
 		}
@@ -200,6 +245,40 @@ func (e *Estimator) Fit() (Model, bool) {
 		sy += w[i] * y[i]
 	}
 	return quantise(0, sx/sy, false), true
+}
+
+// fixedSignificant reports whether the fixed cost of a weighted
+// straight-line fit is above 0 at fixedLevel, by Student's t, with the
+// weights scaled to the effective number of observations (Kish:
+// (Σw)²/Σw²) so that recency weights do not count as extra data.
+func fixedSignificant(x, y, w []float64, fixed, slope float64) bool {
+	var sw, sw2 float64
+	for _, v := range w {
+		sw += v
+		sw2 += v * v
+	}
+	neff := sw * sw / sw2
+	if !(neff > 2) || !(fixed > 0) {
+		return false
+	}
+	scale := neff / sw
+	var mx float64
+	for i := range x {
+		mx += w[i] * x[i]
+	}
+	mx /= sw
+	var sxx, rss float64
+	for i := range x {
+		d, r := x[i]-mx, y[i]-fixed-slope*x[i]
+		sxx += scale * w[i] * d * d
+		rss += scale * w[i] * r * r
+	}
+	if !(sxx > 0) {
+		return false
+	}
+	se := math.Sqrt(rss / (neff - 2) * (1/neff + mx*mx/sxx))
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: neff - 2}
+	return fixed > t.Quantile(1-fixedLevel)*se
 }
 
 // fitFlat fits c(b) = max(Fixed, b/Rate) to the kept observations, the

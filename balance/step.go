@@ -39,11 +39,13 @@ type State struct {
 }
 
 // Step returns the next shares from the current ones: Solve's shares if
-// some worker slowed down (changed, from Estimator.Add), else Damping (halved Halvings
-// times) of the way towards them, or the current shares if Solve
-// predicts a gain below MinGain. A worker whose share moves against its
-// previous move halves the step for the ones after. cur must meet the
-// bounds and sum to B.
+// some worker slowed down (changed, from Estimator.Add), else Damping
+// (halved Halvings times) of the way towards them, or the current shares
+// if Solve predicts a gain below MinGain. A worker whose share moves
+// against its previous move halves the step for the ones after; a move
+// in which no share reverses undoes one halving, so that the early noise
+// of a young fit does not leave the shares creeping for the rest of the
+// run. cur must meet the bounds and sum to B.
 func Step(p Params, st State, ws []Worker, cur []int, B int, changed bool) ([]int, State, error) {
 	p = p.withDefaults()
 	if len(st.Dirs) != len(ws) {
@@ -84,8 +86,12 @@ func Step(p Params, st State, ws []Worker, cur []int, B int, changed bool) ([]in
 			st.Dirs[i] = d
 		}
 	}
-	if flipped && !changed && st.Halvings < p.MaxHalvings {
+	switch {
+	case changed:
+	case flipped && st.Halvings < p.MaxHalvings:
 		st.Halvings++
+	case !flipped && st.Halvings > 0:
+		st.Halvings--
 	}
 	return next, st, nil
 }
