@@ -2,24 +2,29 @@
 # Batch balancing on heterogeneous hosts: the issue's scenario.
 #   sh bench/balance-cluster.sh CLUSTER_SH [TRANSPORT]
 # e.g.
-#   sh bench/balance-cluster.sh ../shared/cluster/cluster.sh tcp
+#   ROUNDS=3 sh bench/balance-cluster.sh ../shared/cluster/cluster.sh tcp
 # On namespace hosts of the cluster script (it needs root) capped at CAPS
 # percent of a core (default 50,50,50,15; GOMAXPROCS=1), it runs
-#   1. one worker alone with each distinct cap (the solo rates; their sum
-#      over the hosts is the ideal),
-#   2. `gyre train --balance static` on all hosts,
-#   3. `gyre train` (LB-BSP) on all hosts, with host 1's cap dropped to
-#      RECAP_TO percent (default 15) RECAP_AFTER seconds in (default 55),
-# each writing rank 0's per-iteration metrics, then `gyre bench balance`
-# reports every iteration's shares, time and samples/s and the figures:
-# steady-state rate against the ideal and against static, the largest
-# share move, and how fast the shares settle after the cap change.
+#   1. `gyre train --balance static` on all hosts, once;
+#   2. ROUNDS rounds (default 1) of: one worker alone with each distinct
+#      cap (the solo rates, whose sum over the hosts is the ideal), then
+#      `gyre train` (LB-BSP) on all hosts, with host 1's cap dropped to
+#      RECAP_TO percent (default 15) RECAP_AFTER seconds in (default 55);
+#   3. the solo runs once more,
+# each writing rank 0's per-iteration metrics. Each round's ideal pools the
+# solo runs just before and just after its LB-BSP job, so that the machine
+# drifting between runs (it does, by 10-20% in minutes) moves the ideal
+# and the job alike. `gyre bench balance` reports every round's shares,
+# times and samples/s and its figures: steady-state rate against the ideal
+# and against static, the largest share move, and how fast the shares
+# settle after the cap change; the last lines give the median over rounds.
 # TRANSPORT is tcp (TLS; default) or quic. MODEL sets gyre train's model
 # and batch flags (default: an iteration of about 1 s of compute, and
 # communication well under 5% of it). SOLO_ITERS sets the solo runs'
-# iterations (default 8). OUT=DIR keeps the outputs.
+# iterations (default 8), LBBSP_ITERS the LB-BSP jobs' (default 80).
+# OUT=DIR keeps the outputs.
 set -eu
-[ $# -ge 1 ] || { sed -n '2,20p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,26p' "$0" | cut -c3- >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,9 +32,10 @@ out=${OUT:-"$here/bench/out/balance-$(date -u +%Y%m%dT%H%M%SZ)-$transport"}
 mkdir -p "$out"
 caps=${CAPS:-50,50,50,15}
 hosts=$(echo "$caps" | tr ',' '\n' | wc -l)
+rounds=${ROUNDS:-1}
 model=${MODEL:---hidden 2048 --batch 12288 --eval-every 100000 --target-acc 0}
 train="train --transport $transport $model"
-job() { # job NAME HOSTS CAPS ITERS [VAR=VALUE...] -- [train flags]
+job() { # job NAME HOSTS CAPS ITERS [VAR=VALUE...]; train flags in $extra
   name=$1 n=$2 cpu=$3 iters=$4
   shift 4
   env OUT="$out/$name" CPU="$cpu" "$@" sh "$here/bench/cluster-job.sh" "$cluster" "$n" off \
@@ -38,23 +44,37 @@ job() { # job NAME HOSTS CAPS ITERS [VAR=VALUE...] -- [train flags]
     exit 1
   }
 }
-solos=""
-for cap in $(echo "$caps" | tr ',' '\n' | sort -u); do
-  extra="--balance static"
-  job "solo$cap" 1 "$cap" "${SOLO_ITERS:-8}"
-  solos="$solos solo$cap"
-done
+solos() { # solos K: every distinct cap alone, as solo-K-CAP
+  for cap in $(echo "$caps" | tr ',' '\n' | sort -u); do
+    extra="--balance static"
+    job "solo$1-$cap" 1 "$cap" "${SOLO_ITERS:-8}"
+  done
+}
+
 extra="--balance static"
 job static "$hosts" "$caps" 30
-extra=""
-job lbbsp "$hosts" "$caps" 80 RECAP="1:${RECAP_TO:-15}:${RECAP_AFTER:-55}"
-
-solo_flags=""
-for cap in $(echo "$caps" | tr ',' '\n'); do
-  solo_flags="$solo_flags --solo $out/solo$cap/metrics-0.jsonl"
+solos 1
+for r in $(seq 1 "$rounds"); do
+  extra=""
+  job "lbbsp$r" "$hosts" "$caps" "${LBBSP_ITERS:-80}" RECAP="1:${RECAP_TO:-15}:${RECAP_AFTER:-55}"
+  solos $((r + 1))
 done
-changed=$(awk '{printf "%.3f", $1 / 1e9}' "$out/lbbsp/recap.txt")
-"$out/lbbsp/gyre" bench balance --run "lbbsp=$out/lbbsp/metrics-0.jsonl" --run "static=$out/static/metrics-0.jsonl" \
-  $solo_flags --change-time "$changed" --json "$out/balance.json" | tee "$out/balance.txt"
-echo "# hosts $hosts capped at $caps% of a core, GOMAXPROCS=1, transport $transport; host 1 to ${RECAP_TO:-15}% after ${RECAP_AFTER:-55} s of the lbbsp run"
+
+: > "$out/summary.txt"
+for r in $(seq 1 "$rounds"); do
+  solo_flags=""
+  for cap in $(echo "$caps" | tr ',' '\n'); do
+    solo_flags="$solo_flags --solo $out/solo$r-$cap/metrics-0.jsonl,$out/solo$((r + 1))-$cap/metrics-0.jsonl"
+  done
+  changed=$(awk '{printf "%.3f", $1 / 1e9}' "$out/lbbsp$r/recap.txt")
+  echo "## round $r"
+  "$out/static/gyre" bench balance --run "lbbsp=$out/lbbsp$r/metrics-0.jsonl" --run "static=$out/static/metrics-0.jsonl" \
+    $solo_flags --change-time "$changed" --json "$out/balance$r.json" | tee "$out/balance$r.txt"
+  grep '^# \(solo rates\|lbbsp\|lbbsp / static\)' "$out/balance$r.txt" | sed "s/^# /round $r: /" >> "$out/summary.txt"
+done
+echo "## summary: hosts $hosts capped at $caps% of a core, GOMAXPROCS=1, transport $transport; host 1 to ${RECAP_TO:-15}% after ${RECAP_AFTER:-55} s of each LB-BSP run"
+cat "$out/summary.txt"
+median() { sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+echo "median over $rounds rounds: $(grep -o '[0-9.]* of ideal' "$out/summary.txt" | cut -d' ' -f1 | median) of ideal," \
+  "lbbsp / static $(grep 'lbbsp / static' "$out/summary.txt" | awk '{print $NF}' | median)"
 echo "outputs in $out" >&2

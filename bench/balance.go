@@ -78,7 +78,8 @@ type BalanceReport struct {
 	Date    time.Time `json:"date"`
 	Machine Machine   `json:"machine"`
 	// Solo is each host's rate alone (one worker, its cap, the global
-	// batch), and Ideal their sum.
+	// batch; the median over its solo runs' iterations after their
+	// warm-up), and Ideal their sum.
 	Solo  []float64    `json:"solo_samples_per_sec"`
 	Ideal float64      `json:"ideal_samples_per_sec"`
 	Runs  []BalanceRun `json:"runs"`
@@ -92,8 +93,13 @@ func AnalyseBalance(o BalanceOptions, solo [][]IterMetrics, names []string, runs
 		if len(s) == 0 {
 			return rep, fmt.Errorf("bench: solo run %d has no iterations", i+1)
 		}
-		// A solo run is short: skip its first iterations, the warm-up.
-		r := medianRate(s, min(int64(len(s))/3, o.Steady))
+		// A solo run is short: skip its first iterations, the warm-up. A
+		// host's solo iterations may pool several runs, each from 0.
+		var iters int64
+		for _, m := range s {
+			iters = max(iters, m.Iter+1)
+		}
+		r := medianRate(s, min(iters/3, o.Steady))
 		rep.Solo = append(rep.Solo, r)
 		rep.Ideal += r
 	}

@@ -73,6 +73,15 @@ func TestAnalyseBalance(t *testing.T) {
 	if r := again.Runs[0]; r.Settled != 5 {
 		t.Fatalf("shares that left the band at 34: settled %d, want 5", r.Settled)
 	}
+	// A host's solo rate may pool runs before and after a job, each run's
+	// warm-up skipped: 7 iterations at 100 and 7 at 120, median 110.
+	before := synthetic(10, 100, func(int64) []int { return []int{40} })
+	after := synthetic(10, 120, func(int64) []int { return []int{40} })
+	before[0].SamplesPerSec, after[0].SamplesPerSec = 1, 1 // warm-ups, skipped
+	pooled, _ := AnalyseBalance(BalanceOptions{Steady: 20}, [][]IterMetrics{append(before, after...)}, nil, nil)
+	if pooled.Ideal != 110 {
+		t.Fatalf("pooled solo rate %v, want 110", pooled.Ideal)
+	}
 	var out bytes.Buffer
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)

@@ -24,8 +24,10 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 			"--balance lbbsp and one with --balance static, on the same hosts) and prints\n" +
 			"every iteration's time, samples/s and shares, then the figures LB-BSP is\n" +
 			"judged on: the steady-state rate (median from --steady on) against the\n" +
-			"ideal, the sum of each host's rate alone (--solo, one file per host, a\n" +
-			"single worker with that host's cap at the same global batch), the first\n" +
+			"ideal, the sum of each host's rate alone (--solo once per host: a single\n" +
+			"worker with that host's cap at the same global batch; several files\n" +
+			"for one host, comma-separated, pool their iterations, for solo runs\n" +
+			"before and after a job), the first\n" +
 			"run against the second, the largest share move between iterations, and,\n" +
 			"with --change-at, how many iterations the shares of the --changed run\n" +
 			"took to settle within 10% of their new steady state. bench/balance-cluster.sh\n" +
@@ -50,12 +52,16 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 				names, its = append(names, name), append(its, m)
 			}
 			var solos [][]bench.IterMetrics
-			for _, path := range solo {
-				m, err := readMetricsFile(path)
-				if err != nil {
-					return fmt.Errorf("--solo: %w", err)
+			for _, paths := range solo {
+				var host []bench.IterMetrics
+				for _, path := range strings.Split(paths, ",") {
+					m, err := readMetricsFile(path)
+					if err != nil {
+						return fmt.Errorf("--solo: %w", err)
+					}
+					host = append(host, m...)
 				}
-				solos = append(solos, m)
+				solos = append(solos, host)
 			}
 			if (o.ChangeAt > 0 || o.ChangeTime > 0) && o.Changed == "" {
 				o.Changed = names[0]
@@ -69,7 +75,7 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&runs, "run", nil, "NAME=METRICS: a run's rank 0 --metrics-file; the first is compared with the second")
-	f.StringArrayVar(&solo, "solo", nil, "METRICS of one host's worker alone, once per host (repeat a file for hosts alike)")
+	f.StringArrayVar(&solo, "solo", nil, "METRICS[,METRICS...] of one host's worker alone, once per host (repeat for hosts alike)")
 	f.Int64Var(&o.Steady, "steady", 20, "first iteration of the steady state")
 	f.Int64Var(&o.ChangeAt, "change-at", 0, "first iteration run entirely under a changed cap (0: none)")
 	f.Float64Var(&o.ChangeTime, "change-time", 0, "when the cap changed, in seconds since 1970 (instead of --change-at)")

@@ -39,7 +39,7 @@ func TestTrainMetricsAndBenchBalance(t *testing.T) {
 	}
 
 	out, stderr, err := run(t, testEnv(nil), "bench", "balance", "--run", "a="+metrics, "--run", "b="+metrics,
-		"--solo", metrics, "--steady", "10", "--json", filepath.Join(dir, "r.json"))
+		"--solo", metrics+","+metrics, "--steady", "10", "--json", filepath.Join(dir, "r.json"))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
@@ -55,6 +55,7 @@ func TestTrainMetricsAndBenchBalance(t *testing.T) {
 		{[]string{"bench", "balance"}, "at least one --run"},
 		{[]string{"bench", "balance", "--run", "nofile"}, "want NAME=METRICS"},
 		{[]string{"bench", "balance", "--run", "a=" + filepath.Join(dir, "missing")}, "--run a"},
+		{[]string{"bench", "balance", "--run", "a=" + metrics, "--solo", metrics + "," + filepath.Join(dir, "gone")}, "gone"},
 	} {
 		if _, _, err := run(t, testEnv(nil), tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
