@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,18 +139,13 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		if err != nil {
 			return fmt.Errorf("--metrics-file: %w", err)
 		}
-		buf := bufio.NewWriter(f)
-		enc := json.NewEncoder(buf)
+		mw := &metricsWriter{w: f, global: cfg.GlobalBatch}
 		defer func() {
-			if err := errors.Join(buf.Flush(), f.Close()); err != nil {
+			if err := errors.Join(mw.err, f.Close()); err != nil {
 				c.log.Error().Err(err).Str("file", fl.metricsFile).Msg("metrics not all written")
 			}
 		}()
-		onIter = func(it train.Iteration) {
-			enc.Encode(IterationMetrics{Iter: it.Iter, Loss: it.Loss, Shares: it.Shares, Rank: it.Rank,
-				Seconds: it.Seconds, SamplesPerSec: float64(cfg.GlobalBatch) / it.Seconds,
-				Start: float64(it.Start.UnixNano()) / 1e9})
-		}
+		onIter = mw.write
 	}
 	state := job.State()
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
@@ -209,6 +203,27 @@ type IterationMetrics struct {
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	// Start is when the iteration began, in seconds since 1970.
 	Start float64 `json:"start"`
+}
+
+// metricsWriter writes each iteration's line of --metrics-file as the
+// iteration ends, unbuffered: a line a second or so costs nothing, and a
+// reader following the file (a benchmark driver, tail -f) or a worker
+// killed mid-run then loses nothing. It keeps the first write error.
+type metricsWriter struct {
+	w      io.Writer
+	global int
+	err    error
+}
+
+func (m *metricsWriter) write(it train.Iteration) {
+	line, err := json.Marshal(IterationMetrics{Iter: it.Iter, Loss: it.Loss, Shares: it.Shares, Rank: it.Rank,
+		Seconds: it.Seconds, SamplesPerSec: float64(m.global) / it.Seconds, Start: float64(it.Start.UnixNano()) / 1e9})
+	if err == nil {
+		_, err = m.w.Write(append(line, '\n'))
+	}
+	if m.err == nil {
+		m.err = err
+	}
 }
 
 func shareList(shares []int) string {

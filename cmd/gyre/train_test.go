@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/train"
 )
 
 // TestTrainMultiProcess runs `gyre launch -n 2 -- train` over real QUIC
@@ -42,5 +47,49 @@ func TestTrainRejectsBadFlags(t *testing.T) {
 	_, _, err := run(t, testEnv(nil), "train", "--seed", "127.0.0.1:7946")
 	if err == nil || !strings.Contains(err.Error(), "gossip needs the cluster secret") {
 		t.Fatalf("--seed without a key: %v", err)
+	}
+}
+
+// lineRecorder keeps every Write as one string and fails from the fail'th
+// on.
+type lineRecorder struct {
+	writes []string
+	fail   int
+}
+
+func (r *lineRecorder) Write(p []byte) (int, error) {
+	if r.fail > 0 && len(r.writes)+1 >= r.fail {
+		return 0, errors.New("disk full")
+	}
+	r.writes = append(r.writes, string(p))
+	return len(p), nil
+}
+
+// TestMetricsWriterWritesEachIteration: every iteration reaches the file
+// as one whole line when it ends, not at exit, so a reader following the
+// file sees it and a killed worker loses nothing; the first write error
+// is kept for the end.
+func TestMetricsWriterWritesEachIteration(t *testing.T) {
+	rec := &lineRecorder{}
+	mw := &metricsWriter{w: rec, global: 64}
+	for k := range 3 {
+		mw.write(train.Iteration{Iter: int64(k), Shares: []int{32, 32}, Seconds: 0.5, Start: time.Unix(100, 0)})
+		if len(rec.writes) != k+1 || !strings.HasSuffix(rec.writes[k], "}\n") || strings.Count(rec.writes[k], "\n") != 1 {
+			t.Fatalf("after iteration %d the file has %q", k, rec.writes)
+		}
+		var m IterationMetrics
+		if err := json.Unmarshal([]byte(rec.writes[k]), &m); err != nil || m.Iter != int64(k) || m.SamplesPerSec != 128 || m.Start != 100 {
+			t.Fatalf("line %q: %+v, %v", rec.writes[k], m, err)
+		}
+	}
+	if mw.err != nil {
+		t.Fatal(mw.err)
+	}
+	bad := &metricsWriter{w: &lineRecorder{fail: 2}, global: 64}
+	for k := range 3 {
+		bad.write(train.Iteration{Iter: int64(k), Seconds: 1})
+	}
+	if bad.err == nil || bad.err.Error() != "disk full" {
+		t.Fatalf("write error %v, want disk full", bad.err)
 	}
 }
