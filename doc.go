@@ -102,11 +102,10 @@
 //
 // Ring order. Every new view of 4 or more members probes its links (4 MiB
 // each way per pair, on the probe channel; again every 1000 iterations),
-// allgathers the speeds, and
-// runs its data ring in the order ring.ChooseOrder picks from them, the
-// same on every member: the one that crosses slow links least. Ranks keep
-// their meaning; View.RingOrder gives the order. Config.RingOrder
-// RingOrderFixed keeps address order.
+// allgathers the speeds, and runs its data ring in the order
+// ring.ChooseOrder picks from them, the same on every member: the one
+// that crosses slow links least. Ranks keep their meaning; View.RingOrder
+// gives the order. Config.RingOrder RingOrderFixed keeps address order.
 //
 // A worker left in an older epoch fails with ring.ErrStaleEpoch at its
 // first exchange with the newer view, and does not mix its data with it.

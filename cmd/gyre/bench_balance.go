@@ -24,14 +24,14 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 			"--balance lbbsp and one with --balance static, on the same hosts) and prints\n" +
 			"every iteration's time, samples/s and shares, then the figures LB-BSP is\n" +
 			"judged on: the steady-state rate (median from --steady on) against the\n" +
-			"ideal, the sum of each host's rate alone (--solo once per host: a single\n" +
-			"worker with that host's cap at the same global batch; several files\n" +
-			"for one host, comma-separated, pool their iterations, for solo runs\n" +
-			"before and after a job), the first\n" +
-			"run against the second, the largest share move between iterations, and,\n" +
-			"with --change-at, how many iterations the shares of the --changed run\n" +
-			"took to settle within 10% of their new steady state. bench/balance-cluster.sh\n" +
-			"runs the jobs on namespace hosts with CPU caps and calls it.",
+			"ideal, the first run against the second, the largest share move between\n" +
+			"iterations, and, with --change-at, how many iterations the shares of the\n" +
+			"--changed run took to settle within 10% of their new steady state and stay.\n" +
+			"The ideal is the sum of each host's rate alone: --solo once per host, a\n" +
+			"single worker with that host's cap at the same global batch; several\n" +
+			"files for one host, comma-separated (solo runs before and after a job),\n" +
+			"pool their iterations. bench/balance-cluster.sh runs the jobs on\n" +
+			"namespace hosts with CPU caps and calls it.",
 		Example: "  gyre bench balance --run lbbsp=lb.jsonl --run static=st.jsonl --solo h50.jsonl --solo h15.jsonl",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
