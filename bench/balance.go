@@ -240,7 +240,10 @@ func (r BalanceReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "# solo rates %v, ideal %.0f samples/s\n", roundAll(r.Solo), r.Ideal)
 	for _, run := range r.Runs {
 		line := fmt.Sprintf("# %-8s steady %8.0f samples/s", run.Name, run.SteadySamplesPerSec)
-		if r.Ideal > 0 {
+		switch {
+		case run.SteadySamplesPerSec == 0:
+			line = fmt.Sprintf("# %-8s no steady state: no iteration from the steady start before the cap change", run.Name)
+		case r.Ideal > 0:
 			line += fmt.Sprintf("  %.3f of ideal", run.SteadySamplesPerSec/r.Ideal)
 		}
 		line += fmt.Sprintf("  largest share move %d", run.MaxMove)
@@ -252,7 +255,7 @@ func (r BalanceReport) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if len(r.Runs) >= 2 && r.Runs[1].SteadySamplesPerSec > 0 {
+	if len(r.Runs) >= 2 && r.Runs[0].SteadySamplesPerSec > 0 && r.Runs[1].SteadySamplesPerSec > 0 {
 		_, err := fmt.Fprintf(w, "# %s / %s: %.2f\n", r.Runs[0].Name, r.Runs[1].Name,
 			r.Runs[0].SteadySamplesPerSec/r.Runs[1].SteadySamplesPerSec)
 		return err

@@ -82,6 +82,15 @@ func TestAnalyseBalance(t *testing.T) {
 	if pooled.Ideal != 110 {
 		t.Fatalf("pooled solo rate %v, want 110", pooled.Ideal)
 	}
+	// A change before the steady state leaves no steady rate: the report
+	// says so rather than printing 0 as a figure.
+	early, _ := AnalyseBalance(BalanceOptions{Steady: 20, ChangeAt: 15, Changed: "lbbsp"},
+		[][]IterMetrics{solo50}, []string{"lbbsp", "static"}, [][]IterMetrics{lbbsp, static})
+	var table bytes.Buffer
+	early.WriteTable(&table)
+	if !strings.Contains(table.String(), "lbbsp    no steady state") || strings.Contains(table.String(), "lbbsp / static") {
+		t.Fatalf("a run with no steady state:\n%s", table.String())
+	}
 	var out bytes.Buffer
 	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
