@@ -42,9 +42,9 @@ const (
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
-	// MaxView is the largest view: the boundary record's alive bitmap has
-	// one bit per member.
-	MaxView = 64 * aliveWords
+	// MaxView is the largest view. A welcome lists every member, and
+	// its buffer is sized for this many.
+	MaxView = 256
 	// DefaultJob is Job's default.
 	DefaultJob = "gyre"
 )

@@ -3,25 +3,21 @@ package gyre
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gyre-ml/gyre/transport"
 )
 
 // The next view is decided from a boundary's table by decideView, with no
 // coordinator: every member holds the same table and runs the same pure
-// code. The rule:
-//   - every member's gossip must list the same members of the current view
-//     alive; bitmaps that disagree fail the boundary on every rank with
-//     an *AliveMismatchError (until recovery from a lost worker exists);
+// code. Gossip is only a hint: the vote's own allgather proves every
+// member alive and reachable, and no difference between the members'
+// gossip fails a boundary. The rule:
 //   - a member whose record asks to leave is removed;
 //   - a pending joiner is admitted when every current member lists it,
 //     while the smallest MaxWorkers in the table leaves room, in ring
@@ -30,33 +26,6 @@ import (
 //     MinWorkers in the table; later leaves may shrink the view below it;
 //   - the next view is sorted by data address (host, then port), and its
 //     epoch is one higher when its members differ.
-
-// ErrAliveMismatch is matched by every *AliveMismatchError.
-var ErrAliveMismatch = errors.New("gyre: workers' gossip disagrees about who is alive")
-
-// AliveMismatchError reports a boundary at which the members' gossip
-// listed different members of the view alive. Every member returns it
-// with the same content.
-type AliveMismatchError struct {
-	// Iter is the boundary's iteration.
-	Iter int64
-	// Unseen maps a rank to the ranks its gossip did not list alive, for
-	// every rank that missed some.
-	Unseen map[int][]int
-}
-
-func (e *AliveMismatchError) Error() string {
-	ranks := slices.Sorted(maps.Keys(e.Unseen))
-	parts := make([]string, len(ranks))
-	for i, r := range ranks {
-		parts[i] = fmt.Sprintf("rank %d does not see rank(s) %v", r, e.Unseen[r])
-	}
-	return fmt.Sprintf("gyre: boundary of iteration %d: the workers' gossip disagrees about who is alive: %s",
-		e.Iter, strings.Join(parts, "; "))
-}
-
-// Is matches ErrAliveMismatch.
-func (e *AliveMismatchError) Is(target error) bool { return target == ErrAliveMismatch }
 
 // member is a view member: its transport ID and advertised data address.
 type member struct {
@@ -88,17 +57,6 @@ func listJoiners(pending []member) [joinerSlots]uint64 {
 	return out
 }
 
-// aliveBits is the alive bitmap of a view: bit r for rank r in alive.
-func aliveBits(view []member, alive func(member) bool) [aliveWords]uint64 {
-	var bits [aliveWords]uint64
-	for r, m := range view {
-		if alive(m) {
-			bits[r/64] |= 1 << (r % 64)
-		}
-	}
-	return bits
-}
-
 // viewDecision is what one boundary decided about membership.
 type viewDecision struct {
 	// Members is the next view in ring order; Changed says it differs
@@ -122,17 +80,6 @@ type viewDecision struct {
 // limit); joiners beyond it stay pending, as beyond MaxWorkers.
 func decideView(iter int64, cur []member, recs []record, known map[uint64]member, batchFit int) (viewDecision, error) {
 	var d viewDecision
-	unseen := map[int][]int{}
-	for r, rec := range recs {
-		for q := range cur {
-			if rec.alive[q/64]&(1<<(q%64)) == 0 {
-				unseen[r] = append(unseen[r], q)
-			}
-		}
-	}
-	if len(unseen) > 0 {
-		return d, &AliveMismatchError{Iter: iter, Unseen: unseen}
-	}
 	maxWorkers, minWorkers := int64(MaxView), int64(1)
 	for _, rec := range recs {
 		if rec.maxWorkers > 0 {

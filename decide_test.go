@@ -1,7 +1,6 @@
 package gyre
 
 import (
-	"errors"
 	"fmt"
 	"github.com/gyre-ml/gyre/balance"
 	"math/rand/v2"
@@ -21,11 +20,9 @@ func testMembers(addrs ...string) []member {
 }
 
 // simWorker is one worker's local knowledge in the simulator: which
-// members its gossip lists alive, which joiners it sees, and whether it
-// asked to leave.
+// joiners it lists, and whether it asked to leave.
 type simWorker struct {
 	self     member
-	deadSeen map[transport.PeerID]bool // view members its gossip lists dead
 	pending  []member
 	leave    bool
 	min, max int
@@ -47,7 +44,6 @@ func simBoundaryFit(t *testing.T, view []member, ws []simWorker, batchFit int) (
 	knowns := make([]map[uint64]member, len(ws))
 	for r, w := range ws {
 		rec := record{kind: kindBoundary, leave: w.leave, minWorkers: int64(max(w.min, 1)), maxWorkers: int64(cmpOr(w.max, MaxView))}
-		rec.alive = aliveBits(view, func(m member) bool { return !w.deadSeen[m.ID] })
 		rec.joiners = listJoiners(w.pending)
 		knowns[r] = map[uint64]member{}
 		for _, m := range w.pending {
@@ -172,17 +168,6 @@ func TestDecideMinWorkersGatesStart(t *testing.T) {
 	}
 }
 
-func TestDecideAliveMismatchFailsEveryRank(t *testing.T) {
-	view := testMembers("127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003")
-	ws := workersOf(view)
-	ws[2].deadSeen = map[transport.PeerID]bool{view[0].ID: true}
-	_, err := simBoundary(t, view, ws)
-	var am *AliveMismatchError
-	if !errors.As(err, &am) || !errors.Is(err, ErrAliveMismatch) || !slices.Equal(am.Unseen[2], []int{0}) || len(am.Unseen) != 1 {
-		t.Fatalf("err = %v, want an AliveMismatchError with rank 2 missing rank 0", err)
-	}
-}
-
 // TestDecideRandomTables checks invariants over random tables: every
 // worker decides alike (simBoundary), the view is sorted, has no
 // duplicates, keeps every member that did not leave, admits only joiners
@@ -256,7 +241,6 @@ func TestRecordRoundTrip(t *testing.T) {
 	r := record{kind: kindBoundary, iter: 9, share: 3, compute: 4, decision: 5, status: statusTimeout, digest: 6,
 		hashNs: 7, layout: 8, wall: 10, leave: true, minWorkers: 2, maxWorkers: 30,
 		model: balance.Model{FixedNs: 11, RateMicro: 12, Flat: true}, speedChanged: true, minShare: 1, maxShare: 13, headroom: 14 << 30}
-	r.alive[3] = 1 << 63
 	r.joiners[7] = 99
 	row := r.encode()
 	if len(row) != recordLen {

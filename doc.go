@@ -83,10 +83,8 @@
 // never changes. With gossip (hashicorp/memberlist, through package
 // membership) workers find each other from one seed address, and the view
 // changes at a Boundary, decided from the boundary's table by the same
-// pure rule on every member, with no coordinator:
-//   - every member's gossip must list the same members of the view alive;
-//     otherwise the boundary fails on every rank with ErrAliveMismatch
-//     (until recovery from a lost worker exists);
+// pure rule on every member, with no coordinator. Gossip only finds
+// members: no difference between the members' gossip fails a boundary.
 //   - a member whose record asks to leave (RequestLeave) is removed, with
 //     no iteration redone; Change.Left tells the leaver, Change.Departed
 //     the others;

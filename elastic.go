@@ -179,15 +179,12 @@ func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, p
 }
 
 // membershipRecord fills rec's membership fields: the leave request, the
-// worker bounds, the alive bitmap and the pending joiners, which it
-// returns by hash. The static view has no gossip: a member that voted is
-// alive.
+// worker bounds and the pending joiners, which it returns by hash.
 func (w *Worker) membershipRecord(rec *record) map[uint64]member {
 	vs := w.cur
 	rec.leave = w.leaveReq.Load()
 	rec.minWorkers, rec.maxWorkers = int64(w.cfg.MinWorkers), int64(w.cfg.MaxWorkers)
 	if w.node == nil {
-		rec.alive = aliveBits(vs.members, func(member) bool { return true })
 		return nil
 	}
 	w.forgetDeparted()
@@ -197,7 +194,6 @@ func (w *Worker) membershipRecord(rec *record) map[uint64]member {
 			delete(w.departed, id) // gossip has seen it go, or it is back elsewhere
 		}
 	}
-	rec.alive = aliveBits(vs.members, func(m member) bool { return m.ID == vs.ids[vs.rank] || live[m.ID] })
 	rec.joiners = listJoiners(pending)
 	known := make(map[uint64]member, len(pending))
 	for _, m := range pending {

@@ -103,11 +103,10 @@ const (
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 4
+const recordVersion = 5
 
 // Sizes of the record's fixed arrays.
 const (
-	aliveWords  = 4 // alive bitmap: 64 members per word, so MaxView is 256
 	joinerSlots = 8 // pending joiners listed per boundary
 	spareWords  = 0 // room for further fields (grow recordLen and the version)
 )
@@ -139,8 +138,6 @@ type record struct {
 	leave bool
 	// minWorkers and maxWorkers are this worker's Config bounds.
 	minWorkers, maxWorkers int64
-	// alive has bit r set when this worker's gossip lists rank r alive.
-	alive [aliveWords]uint64
 	// joiners are hashes (joinerHash) of the pending workers this worker's
 	// gossip lists, ascending; 0 marks an empty slot.
 	joiners [joinerSlots]uint64
@@ -155,16 +152,13 @@ type record struct {
 	headroom           int64
 }
 
-const recordLen = 20 + aliveWords + joinerSlots + spareWords
+const recordLen = 20 + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
 	row = append(row, recordVersion<<8|r.kind, r.iter, r.share, r.compute, int64(r.decision),
 		r.status, int64(r.digest), r.hashNs, int64(r.layout), r.wall, boolInt(r.leave), r.minWorkers, r.maxWorkers,
 		r.model.FixedNs, r.model.RateMicro, boolInt(r.speedChanged), r.minShare, r.maxShare)
-	for _, a := range r.alive {
-		row = append(row, int64(a))
-	}
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
@@ -178,14 +172,11 @@ func decodeRecord(row []int64) (record, int64) {
 		leave: row[10] != 0, minWorkers: row[11], maxWorkers: row[12],
 		model: balance.Model{FixedNs: row[13], RateMicro: row[14]}, speedChanged: row[15] != 0,
 		minShare: row[16], maxShare: row[17]}
-	for i := range r.alive {
-		r.alive[i] = uint64(row[18+i])
-	}
 	for i := range r.joiners {
-		r.joiners[i] = uint64(row[18+aliveWords+i])
+		r.joiners[i] = uint64(row[18+i])
 	}
-	r.headroom = row[18+aliveWords+joinerSlots]
-	r.model.Flat = row[19+aliveWords+joinerSlots] != 0
+	r.headroom = row[18+joinerSlots]
+	r.model.Flat = row[19+joinerSlots] != 0
 	return r, row[0] >> 8
 }
 

@@ -187,21 +187,12 @@ func TestWrongKeyNeverJoins(t *testing.T) {
 	}
 }
 
-// relaxedGossip slows memberlist's failure detection for the long tests,
-// where 5-8 processes share 2 cores: a member that misses probes while
-// the machine is busy must not be taken for dead, which would fail the
-// boundary (alive bitmaps disagree) before the recovery issue.
-func relaxedGossip(int) []string {
-	return []string{"GYRE_GOSSIP_PROBE_INTERVAL=2s", "GYRE_GOSSIP_SUSPICION_MULT=8"}
-}
-
 // TestGossipJoinEight: 8 gyre train processes join through one seed, form
 // one view and train to the end with identical final states.
 func TestGossipJoinEight(t *testing.T) {
 	longOnly(t)
 	const iters = 300
-	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 8, Gossip: true, Argv: trainArgv(gyretest.Gyre(t), iters),
-		Env: relaxedGossip})
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 8, Gossip: true, Argv: trainArgv(gyretest.Gyre(t), iters)})
 	res := waitAll(t, p, 4*time.Minute)
 	finalDigests(t, res, iters)
 	if !strings.Contains(res[0].Stdout, "# gyre train: 8 workers") {
@@ -253,7 +244,7 @@ func TestElasticJoin(t *testing.T) {
 	const iters = 3000
 	dir := t.TempDir()
 	gyre := gyretest.Gyre(t)
-	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true, Argv: lossArgv(gyre, dir, iters), Env: relaxedGossip})
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true, Argv: lossArgv(gyre, dir, iters)})
 	waitFor(t, time.Minute, "the 4 workers to start training", func() bool { return progress.MatchString(p.Stdout(0)) })
 	added := time.Now()
 	j := p.Add(t, p.GossipAddrs[1])
@@ -308,8 +299,7 @@ func withoutGyreVars() []string {
 func TestSeedLeaves(t *testing.T) {
 	longOnly(t)
 	const iters = 4000
-	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true, Argv: trainArgv(gyretest.Gyre(t), iters),
-		Env: relaxedGossip})
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true, Argv: trainArgv(gyretest.Gyre(t), iters)})
 	waitFor(t, time.Minute, "the 4 workers to start training", func() bool { return progress.MatchString(p.Stdout(0)) })
 	p.Term(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
