@@ -32,6 +32,8 @@ const (
 	DefaultGlobalBatch = 256
 	// DefaultJoinTimeout is JoinTimeout's default.
 	DefaultJoinTimeout = 5 * time.Minute
+	// DefaultConnectTimeout is ConnectTimeout's default.
+	DefaultConnectTimeout = 30 * time.Second
 	// DefaultCollectiveTimeout is CollectiveTimeout's default.
 	DefaultCollectiveTimeout = 10 * time.Minute
 	// DefaultPeerTimeout is PeerTimeout's default.
@@ -164,6 +166,13 @@ type Config struct {
 	// a boundary to admit this worker, for MinWorkers, for the static
 	// view's peers. Default 5 minutes; Join's context may end it sooner.
 	JoinTimeout time.Duration
+	// ConnectTimeout bounds the connects of a view change: a member
+	// dialling a joiner to welcome it, and every member of the new view
+	// dialling the others. A joiner is admitted only once every member
+	// has reached it, so these take milliseconds; the bound keeps a
+	// joiner that became unreachable since from holding up the job.
+	// Default 30 s.
+	ConnectTimeout time.Duration
 	// CollectiveTimeout is how long a collective waits for peers that are
 	// alive but late: a GC pause, evaluation or a checkpoint on one rank, a
 	// slow data loader, a straggler. Late is not dead: a peer whose process
@@ -269,6 +278,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.CollectiveTimeout == 0 {
 		c.CollectiveTimeout = DefaultCollectiveTimeout
@@ -457,17 +469,11 @@ func (c Config) checkBatch() []error {
 	if c.GossipProbeInterval < 0 || c.GossipSuspicionMult < 0 {
 		errs = append(errs, fmt.Errorf("GossipProbeInterval %v and GossipSuspicionMult %d may not be negative", c.GossipProbeInterval, c.GossipSuspicionMult))
 	}
-	if c.Gossip() {
-		return append(errs, c.checkGossip()...)
-	}
-	if c.MinWorkers < 1 || c.MinWorkers > c.WorldSize {
-		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to WorldSize %d (the static view needs every peer)", c.MinWorkers, c.WorldSize))
-	}
-	if c.GlobalBatch < 1 {
-		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
-	}
 	if c.JoinTimeout < 0 {
 		errs = append(errs, fmt.Errorf("JoinTimeout %v is negative", c.JoinTimeout))
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ConnectTimeout %v is negative", c.ConnectTimeout))
 	}
 	if c.CollectiveTimeout < 0 {
 		errs = append(errs, fmt.Errorf("CollectiveTimeout %v is negative", c.CollectiveTimeout))
@@ -483,6 +489,15 @@ func (c Config) checkBatch() []error {
 	}
 	if c.DatasetSize < 0 {
 		errs = append(errs, fmt.Errorf("DatasetSize %d is negative", c.DatasetSize))
+	}
+	if c.Gossip() {
+		return append(errs, c.checkGossip()...)
+	}
+	if c.MinWorkers < 1 || c.MinWorkers > c.WorldSize {
+		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to WorldSize %d (the static view needs every peer)", c.MinWorkers, c.WorldSize))
+	}
+	if c.GlobalBatch < 1 {
+		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
 	}
 	if len(c.Shares) != c.WorldSize {
 		return append(errs, fmt.Errorf("Shares lists %d workers, WorldSize is %d", len(c.Shares), c.WorldSize))
@@ -585,10 +600,11 @@ const (
 	EnvBalance = "GYRE_BALANCE"
 	// EnvRingOrder is "auto" or "fixed".
 	EnvRingOrder = "GYRE_RING_ORDER"
-	// EnvCollectiveTimeout, EnvJoinTimeout and EnvPeerTimeout are
-	// durations such as "10m" or "2s".
+	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout and
+	// EnvPeerTimeout are durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
 	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
+	EnvConnectTimeout    = "GYRE_CONNECT_TIMEOUT"
 	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
 )
 
@@ -648,6 +664,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
 	duration(EnvJoinTimeout, &c.JoinTimeout)
+	duration(EnvConnectTimeout, &c.ConnectTimeout)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
 	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {

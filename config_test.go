@@ -34,6 +34,7 @@ func TestWithDefaults(t *testing.T) {
 		MinWorkers:        1,
 		MaxWorkers:        MaxView,
 		JoinTimeout:       DefaultJoinTimeout,
+		ConnectTimeout:    DefaultConnectTimeout,
 		GlobalBatch:       DefaultGlobalBatch,
 		CollectiveTimeout: DefaultCollectiveTimeout,
 		PeerTimeout:       DefaultPeerTimeout,
@@ -124,6 +125,11 @@ func TestValidate(t *testing.T) {
 		{"compression", Config{Key: key, Compress: "bf16"}, ""},
 		{"negative collective timeout", Config{Key: key, CollectiveTimeout: -time.Second}, "CollectiveTimeout"},
 		{"peer timeout too short", Config{Key: key, PeerTimeout: time.Millisecond}, "PeerTimeout 1ms"},
+		{"negative connect timeout", Config{Key: key, ConnectTimeout: -time.Second}, "ConnectTimeout"},
+		// A gossiping worker's settings are checked as a static one's are.
+		{"gossip bad compression", Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, Compress: "int8"}, `Compress "int8"`},
+		{"gossip peer timeout", Config{Key: key, Listen: "127.0.0.1:7000", PeerTimeout: time.Millisecond}, "PeerTimeout 1ms"},
+		{"gossip negative bucket", Config{Key: key, Listen: "127.0.0.1:7000", BucketBytes: -1}, "BucketBytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,7 +165,8 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvPeers: "127.0.0.1:9100, 127.0.0.1:9200", EnvRank: "1", EnvWorldSize: "2", EnvLocalRank: "1",
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
 		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms", EnvJoinTimeout: "1m", EnvBalance: "static",
-		EnvRingOrder: "fixed",
+		EnvConnectTimeout: "45s",
+		EnvRingOrder:      "fixed",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -171,7 +178,7 @@ func TestConfigFromEnv(t *testing.T) {
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
-		Balance: BalanceStatic, RingOrder: RingOrderFixed}
+		ConnectTimeout: 45 * time.Second, Balance: BalanceStatic, RingOrder: RingOrderFixed}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}

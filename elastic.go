@@ -32,8 +32,8 @@ import (
 // MinWorkers.
 
 // protocolVersion is the protocol in node metadata: workers that speak
-// another are never admitted.
-const protocolVersion = 1
+// another are never admitted. Version 2 added the admission handshake.
+const protocolVersion = 2
 
 // admitPoll paces the admission rounds before iteration 0.
 const admitPoll = 100 * time.Millisecond
@@ -81,6 +81,9 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		}
 		prestart = wel.Prestart
 	}
+	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(),
+		w.log.With().Str("component", "admission").Logger())
+	w.adm.setView(w.cur.members, w.departed)
 	for prestart {
 		if prestart, err = w.admit(ctx); err != nil {
 			return err
@@ -160,43 +163,39 @@ func isKeyMismatch(err error) bool {
 func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, pending, inView []member) {
 	live = make(map[transport.PeerID]bool)
 	self := transport.PeerID(w.cfg.Name)
-	for _, m := range w.node.Members() {
-		if m.MetaErr != nil || m.Meta.Role != membership.RoleWorker || m.Meta.Job != w.cfg.Job ||
-			m.Meta.Protocol != protocolVersion || m.Meta.DataAddr == "" {
-			continue
-		}
-		id := transport.PeerID(m.Name)
-		live[id] = true
+	for _, m := range jobWorkers(w.node.Members(), w.cfg.Job) {
+		live[m.ID] = true
 		switch {
-		case id == self, vs != nil && vs.rankOf(id) >= 0, w.departed[id] == m.Meta.DataAddr:
-		case m.Meta.Epoch == 0:
-			pending = append(pending, member{ID: id, Addr: m.Meta.DataAddr})
+		case m.ID == self, vs != nil && vs.rankOf(m.ID) >= 0, w.departed[m.ID] == m.Addr:
+		case m.epoch == 0:
+			pending = append(pending, m.member)
 		default:
-			inView = append(inView, member{ID: id, Addr: m.Meta.DataAddr})
+			inView = append(inView, m.member)
 		}
 	}
 	return live, pending, inView
 }
 
 // membershipRecord fills rec's membership fields: the leave request, the
-// worker bounds and the pending joiners, which it returns by hash.
+// worker bounds and the pending joiners this worker may list (see
+// admissions.ready), which it returns by hash.
 func (w *Worker) membershipRecord(rec *record) map[uint64]member {
-	vs := w.cur
 	rec.leave = w.leaveReq.Load()
 	rec.minWorkers, rec.maxWorkers = int64(w.cfg.MinWorkers), int64(w.cfg.MaxWorkers)
 	if w.node == nil {
 		return nil
 	}
 	w.forgetDeparted()
-	live, pending, _ := w.gossipMembers(vs)
+	live, pending, _ := w.gossipMembers(w.cur)
 	for id := range w.departed {
 		if !live[id] || slices.ContainsFunc(pending, func(m member) bool { return m.ID == id }) {
 			delete(w.departed, id) // gossip has seen it go, or it is back elsewhere
 		}
 	}
-	rec.joiners = listJoiners(pending)
-	known := make(map[uint64]member, len(pending))
-	for _, m := range pending {
+	ready := w.adm.ready()
+	rec.joiners = listJoiners(ready)
+	known := make(map[uint64]member, len(ready))
+	for _, m := range ready {
 		known[joinerHash(m)] = m
 	}
 	return known
@@ -296,10 +295,18 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		w.departed[m.ID] = m.Addr
 		w.forget = append(w.forget, m.ID)
 	}
+	// The joiners' handshakes end before anything of the view change
+	// touches their links.
+	w.adm.setView(d.Members, w.departed)
 	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: w.iter, Members: d.Members, Shares: shares,
 		Old: oldRanks, Prestart: prestart}
+	// Every joiner answered every member moments ago, so these connects
+	// take milliseconds; ConnectTimeout keeps one that has become
+	// unreachable since from holding up the job.
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
+	defer cancel()
 	for _, j := range d.Admitted {
-		if err := w.sendWelcome(ctx, j, wel); err != nil {
+		if err := w.sendWelcome(cctx, j, slices.Index(d.Members, j), wel); err != nil {
 			return err
 		}
 	}
@@ -308,8 +315,8 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		return err
 	}
 	w.setView(vs)
-	if err := w.connectView(ctx, vs); err != nil {
-		return err
+	if err := w.connectView(cctx, vs); err != nil {
+		return fmt.Errorf("gyre: connecting the view of epoch %d (ConnectTimeout %v, --connect-timeout): %w", epoch, w.cfg.ConnectTimeout, err)
 	}
 	if len(d.Admitted) > 0 {
 		if err := w.syncView(ctx, oldRanks[0]); err != nil {
@@ -357,6 +364,9 @@ func (w *Worker) forgetDeparted() {
 	for _, id := range w.forget {
 		if w.cur.rankOf(id) < 0 {
 			f.Forget(id)
+			// Dialled afresh if it comes back, with no old link to drop
+			// under a handshake in progress.
+			delete(w.dialled, id)
 		}
 	}
 	w.forget = w.forget[:0]
@@ -399,22 +409,25 @@ type welcome struct {
 // control messages.
 const welcomeFlag = 0x80
 
-// sendWelcome connects to joiner j and sends it wel on the control
-// channel.
-func (w *Worker) sendWelcome(ctx context.Context, j member, wel welcome) error {
-	self := w.cur.members[w.cur.rank]
-	if err := w.connect(ctx, []transport.PeerID{self.ID, j.ID}, []string{self.Addr, j.Addr}, 0); err != nil {
-		return fmt.Errorf("gyre: welcoming %s: %w", j.ID, err)
+// sendWelcome connects to joiner j, rank in the view wel describes, and
+// sends it wel on the control channel, within ctx.
+func (w *Worker) sendWelcome(ctx context.Context, j member, rank int, wel welcome) error {
+	fail := func(err error) error {
+		return fmt.Errorf("gyre: welcoming joiner %s at %s (rank %d of epoch %d; ConnectTimeout %v, --connect-timeout): %w",
+			j.ID, j.Addr, rank, wel.Epoch, w.cfg.ConnectTimeout, err)
 	}
+	w.redialIfMoved(j.ID, j.Addr)
+	if err := connectPeer(ctx, w.t, j.ID, j.Addr, nil); err != nil {
+		return fail(err)
+	}
+	w.dialled[j.ID] = j.Addr
 	b, err := json.Marshal(wel)
 	if err != nil {
 		return err
 	}
 	hdr := wire.Header{Kind: wire.KindControl, Flags: welcomeFlag, Epoch: wel.Epoch}
-	sctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
-	defer cancel()
-	if err := w.t.Send(sctx, j.ID, transport.ChanControl, hdr, b); err != nil {
-		return fmt.Errorf("gyre: welcoming %s: %w", j.ID, err)
+	if err := w.t.Send(ctx, j.ID, transport.ChanControl, hdr, b); err != nil {
+		return fail(err)
 	}
 	return nil
 }
@@ -444,11 +457,10 @@ func (w *Worker) recvWelcome(ctx context.Context, peer transport.PeerID) (welcom
 	return wel, nil
 }
 
-// pendingNote is how often a joiner still waiting for admission says so.
-const pendingNote = 10 * time.Second
-
 // awaitWelcome waits, pending, until the members admit this worker, and
-// returns the welcome. It listens to every worker gossip lists in a view;
+// returns the welcome. Meanwhile it runs the admission handshake with
+// every member gossip lists (handshakes), and fails if one refuses this
+// worker. It listens to every worker gossip lists in a view;
 // once one welcome arrives it reads the others' too, so that the control
 // channels are past them before the new view's votes, and checks that
 // they agree.
@@ -489,16 +501,22 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 			<-results
 		}
 	}()
+	hs := startHandshakes(w.t, joinRequest{Version: joinVersion, Addr: w.self().Addr, Fit: w.fitting()},
+		w.log.With().Str("component", "admission").Logger())
+	defer hs.close()
 	tick := time.NewTicker(admitPoll)
 	defer tick.Stop()
 	var first welcome
 	since, noted := time.Now(), time.Now()
 	for len(got) == 0 {
 		_, _, inView := w.gossipMembers(nil)
-		if time.Since(noted) >= pendingNote {
+		hs.retain(inView)
+		if err := hs.refused(); err != nil {
+			return welcome{}, err
+		}
+		if time.Since(noted) >= handshakeNote {
 			noted = time.Now()
-			w.log.Info().Int("in_view", len(inView)).Dur("pending_for", time.Since(since)).
-				Msg("still pending: a boundary admits this worker once every member's gossip lists it, unless the view is at MaxWorkers")
+			hs.note(time.Since(since))
 		}
 		for _, m := range inView {
 			if listening[m.ID] == nil {
@@ -571,8 +589,11 @@ func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) er
 	}
 	w.setView(vs)
 	w.iter = wel.Iter
-	if err := w.connectView(ctx, vs); err != nil {
-		return err
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
+	defer cancel()
+	if err := w.connectView(cctx, vs); err != nil {
+		return fmt.Errorf("gyre: connecting the view of epoch %d that admitted this worker (ConnectTimeout %v, --connect-timeout): %w",
+			wel.Epoch, w.cfg.ConnectTimeout, err)
 	}
 	if err := w.syncView(ctx, wel.Old[0]); err != nil {
 		return err

@@ -1,6 +1,10 @@
 package gyre
 
-import "github.com/gyre-ml/gyre/ring"
+import (
+	"time"
+
+	"github.com/gyre-ml/gyre/ring"
+)
 
 // Hooks into a Worker's internals for the external tests (package
 // gyre_test), which use the gyretest harness and so cannot be in-package.
@@ -23,4 +27,12 @@ func SetReprobeEvery(n int64) (restore func()) {
 	old := reprobeEvery
 	reprobeEvery = n
 	return func() { reprobeEvery = old }
+}
+
+// SetHandshakeNote sets how often stuck admission handshakes are logged,
+// and returns a function that restores it.
+func SetHandshakeNote(d time.Duration) (restore func()) {
+	old := handshakeNote
+	handshakeNote = d
+	return func() { handshakeNote = old }
 }

@@ -87,6 +87,8 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")
 	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout,
 		"how long Join waits for the seeds, admission and --min-workers (0: 5m)")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout,
+		"how long a view change waits to connect to a member or to welcome a joiner (0: 30s)")
 	fs.DurationVar(&c.CollectiveTimeout, "collective-timeout", c.CollectiveTimeout,
 		"how long a collective waits for a peer that is alive but late (0: 10m)")
 	fs.DurationVar(&c.PeerTimeout, "peer-timeout", c.PeerTimeout,

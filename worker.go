@@ -2,10 +2,8 @@ package gyre
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -185,6 +183,7 @@ type Worker struct {
 	// node is this worker's gossip membership; nil in the static view.
 	node     *membership.Node
 	meta     *metaPublisher
+	adm      *admissions // the members' side of the admission handshake
 	leaveReq atomic.Bool // RequestLeave was called
 	left     bool        // left the job at a boundary
 	// departed are the members that left the view, with their data
@@ -325,17 +324,9 @@ func (w *Worker) connectView(ctx context.Context, vs *viewState) error {
 // dead link.
 func (w *Worker) connect(ctx context.Context, ids []transport.PeerID, addrs []string, rank int) error {
 	for i, id := range ids {
-		prev, ok := w.dialled[id]
-		if i == rank || !ok || prev == addrs[i] {
-			continue
+		if i != rank {
+			w.redialIfMoved(id, addrs[i])
 		}
-		w.log.Info().Str("peer", string(id)).Str("was", prev).Str("now", addrs[i]).Msg("member is back at a new address; dialling it afresh")
-		if f, ok := w.t.(transport.Forgetter); ok {
-			f.Forget(id)
-		} else if d, ok := w.t.(transport.Dropper); ok {
-			d.Drop(id, errMoved)
-		}
-		delete(w.dialled, id)
 	}
 	if err := connectMembers(ctx, w.t, ids, addrs, rank); err != nil {
 		return err
@@ -346,6 +337,22 @@ func (w *Worker) connect(ctx context.Context, ids []transport.PeerID, addrs []st
 		}
 	}
 	return nil
+}
+
+// redialIfMoved drops id if the transport holds it at an address other
+// than addr, so that the next Connect dials addr.
+func (w *Worker) redialIfMoved(id transport.PeerID, addr string) {
+	prev, ok := w.dialled[id]
+	if !ok || prev == addr {
+		return
+	}
+	w.log.Info().Str("peer", string(id)).Str("was", prev).Str("now", addr).Msg("member is back at a new address; dialling it afresh")
+	if f, ok := w.t.(transport.Forgetter); ok {
+		f.Forget(id)
+	} else if d, ok := w.t.(transport.Dropper); ok {
+		d.Drop(id, errMoved)
+	}
+	delete(w.dialled, id)
 }
 
 var errMoved = errors.New("gyre: the member is back at another address")
@@ -379,6 +386,7 @@ func (w *Worker) setView(vs *viewState) {
 	old := w.cur
 	w.cur = vs
 	w.mu.Unlock()
+	w.adm.setView(vs.members, w.departed)
 	if old != nil {
 		old.close()
 	}
@@ -425,8 +433,8 @@ func (w *Worker) agree(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: rank %d registered different state (names, kinds or lengths) from rank 0", ErrDiverged, r+1))
 		}
 		if rec.decision != recs[0].decision {
-			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (GlobalBatch, Shares, Balance, RingOrder, RNGSeed, DatasetSize) from rank 0 (%s)",
-				ErrDiverged, r+1, vs.ids[r+1], vs.ids[0]))
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) has different batch settings (one of %s) from rank 0 (%s)",
+				ErrDiverged, r+1, vs.ids[r+1], settingNames(w.settings()), vs.ids[0]))
 		}
 	}
 	if err := w.settle(ctx, vs, errors.Join(errs...)); err != nil {
@@ -458,24 +466,23 @@ func (w *Worker) confirm(ctx context.Context, syncErr error, root int) error {
 	return w.settle(ctx, vs, errors.Join(divergedStates(recs)...))
 }
 
-// settingsDigest hashes the settings every worker must share: those that
-// never change. Shares are among them only in the static view; with gossip
-// they come with the view, so a joiner is not refused because they moved.
-func (w *Worker) settingsDigest() uint64 {
-	h := fnv.New64a()
-	put := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(nil, v)) }
-	put(uint64(w.cfg.GlobalBatch))
-	put(w.cfg.RNGSeed)
-	put(uint64(w.cfg.DatasetSize))
-	h.Write([]byte(w.cfg.Balance))
-	h.Write([]byte(w.cfg.RingOrder))
-	put(uint64(boolInt(w.cfg.BalanceAllowZero)))
+// settingsDigest hashes the settings every worker must share (see
+// jobSettings).
+func (w *Worker) settingsDigest() uint64 { return digestSettings(w.settings()) }
+
+// settings lists the settings every worker must share: Shares too in the
+// static view, where they do not come with the view.
+func (w *Worker) settings() []setting {
+	var shares []int
 	if w.node == nil {
-		for _, s := range w.cur.shares {
-			put(uint64(s))
-		}
+		shares = w.cur.shares
 	}
-	return h.Sum64()
+	return jobSettings(w.cfg, shares)
+}
+
+// fitting is what a joiner must share with this worker's job.
+func (w *Worker) fitting() fitting {
+	return fitting{Settings: w.settings(), Tensors: w.state.describe(), Entries: len(w.state.entries), Layout: w.state.layout()}
 }
 
 // syncState broadcasts root's tensors, metadata and iteration to every
@@ -906,6 +913,7 @@ func (w *Worker) Close() error {
 		if w.live != nil {
 			w.live.Close()
 		}
+		w.adm.close()
 		w.meta.stop()
 		if w.node != nil {
 			w.node.Close()
@@ -937,30 +945,41 @@ func connectMembers(ctx context.Context, t transport.Transport, members []transp
 		if i == rank {
 			continue
 		}
-		for {
-			if err := refusedMember(t, members, addrs, rank); err != nil {
-				return err
-			}
-			cctx, cancel := context.WithTimeout(ctx, connectAttempt)
-			err := t.Connect(cctx, m, addrs[i])
-			cancel()
-			if err == nil {
-				break
-			}
-			if errors.Is(err, transport.ErrUnauthenticated) {
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): the cluster secrets differ: %w", rank, i, m, addrs[i], err)
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], err)
-			}
-			select {
-			case <-time.After(connectRetry):
-			case <-ctx.Done():
-				return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], ctx.Err())
-			}
+		refused := func() error { return refusedMember(t, members, addrs, rank) }
+		if err := connectPeer(ctx, t, m, addrs[i], refused); err != nil {
+			return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], err)
 		}
 	}
 	return nil
+}
+
+// connectPeer connects t to peer at addr, retrying while it starts, until
+// ctx ends. A peer that refuses this worker's credentials fails it at
+// once, and so does refused's error, if refused is given.
+func connectPeer(ctx context.Context, t transport.Transport, peer transport.PeerID, addr string, refused func() error) error {
+	for {
+		if refused != nil {
+			if err := refused(); err != nil {
+				return err
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, connectAttempt)
+		err := t.Connect(cctx, peer, addr)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, transport.ErrUnauthenticated):
+			return fmt.Errorf("the cluster secrets differ: %w", err)
+		case ctx.Err() != nil:
+			return err
+		}
+		select {
+		case <-time.After(connectRetry):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+		}
+	}
 }
 
 // refusedMember returns an error naming the first member, other than rank,

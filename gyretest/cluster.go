@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,12 @@ type Options struct {
 	// the job, the others join through it, and iteration 0 waits for all
 	// N. A worker's index is then its start order, not its rank.
 	Gossip bool
+	// Unreachable, if set, says which workers (by index) cannot be
+	// reached on the data plane, as behind a firewall that drops what
+	// arrives, or with a wrong --advertise: such a worker advertises the
+	// address of a socket that reads nothing, while it dials out from its
+	// real one. Real transports only.
+	Unreachable func(index int) bool
 }
 
 // Cluster is N workers joined in this process.
@@ -118,6 +125,9 @@ func Start(tb testing.TB, o Options) *Cluster {
 			o.Config(r, &cfg)
 		}
 		opts := c.options(tb, r, c.IDs[r])
+		if o.Unreachable != nil && o.Unreachable(r) {
+			opts = append(opts, c.unreachable(tb, cfg))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -194,6 +204,61 @@ func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID) []gyre.Opti
 	return opts
 }
 
+// unreachable returns the Join option that makes the worker with cfg
+// unreachable (Options.Unreachable): its own transport, advertised at a
+// blackhole.
+func (c *Cluster) unreachable(tb testing.TB, cfg gyre.Config) gyre.Option {
+	tb.Helper()
+	if c.Net != nil {
+		tb.Fatal("gyretest: Unreachable needs a real transport")
+	}
+	tr, err := gyre.NewTransport(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hole, err := blackhole(cfg.WithDefaults().Transport)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		tr.Close()
+		hole.Close()
+	})
+	return gyre.WithTransport(advertisedAt{Transport: tr, addr: hole.addr})
+}
+
+// advertisedAt is a transport that reports addr as its address.
+type advertisedAt struct {
+	transport.Transport
+	addr string
+}
+
+func (a advertisedAt) Addr() string { return a.addr }
+
+// hole is a loopback socket that takes what arrives and never answers:
+// a UDP socket that reads nothing, or a TCP listener that accepts
+// nothing (the kernel completes handshakes into its backlog, and no TLS
+// handshake ever answers).
+type hole struct {
+	addr  string
+	Close func() error
+}
+
+func blackhole(tr string) (hole, error) {
+	if tr == QUIC {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return hole{}, err
+		}
+		return hole{addr: pc.LocalAddr().String(), Close: pc.Close}, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return hole{}, err
+	}
+	return hole{addr: ln.Addr().String(), Close: ln.Close}, nil
+}
+
 // Joiner is a worker joining a gossiping Cluster at run time.
 type Joiner struct {
 	// Index is its index in the Cluster's slices once it has joined.
@@ -226,6 +291,9 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 		c.o.Config(r, &cfg)
 	}
 	opts := c.options(tb, r, c.IDs[r])
+	if c.o.Unreachable != nil && c.o.Unreachable(r) {
+		opts = append(opts, c.unreachable(tb, cfg))
+	}
 	j := &Joiner{Index: r, done: make(chan struct{})}
 	go func() {
 		defer close(j.done)

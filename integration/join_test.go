@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,12 +26,14 @@ func joinRuns() int {
 
 // startSeed starts a job of one gyre train process, gossiping alone with
 // --min-workers min (as README's by-hand start), and waits until it
-// listens, so that joiners find it on their first try. Every process of
+// listens, so that joiners find it on their first try. key is the job's
+// cluster secret. Every process of
 // the job runs argv, with memberlist's LAN timing, as by hand (gyre
 // launch uses the local one).
-func startSeed(t *testing.T, min int, argv func(int) []string) *gyretest.Procs {
+func startSeed(t *testing.T, min int, argv func(int) []string, key string) *gyretest.Procs {
 	t.Helper()
 	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 1, Gossip: true, Argv: argv,
+		Key: func(int) string { return key },
 		Env: func(r int) []string {
 			env := []string{"GYRE_GOSSIP_TIMING=lan"}
 			if r == 0 {
@@ -51,7 +55,7 @@ func TestReadmeByHand(t *testing.T) {
 	const iters = 60
 	argv := shortTrainArgv(gyretest.Gyre(t), iters)
 	for run := range joinRuns() {
-		p := startSeed(t, 3, argv)
+		p := startSeed(t, 3, argv, gyretest.Key(t))
 		p.Add(t)
 		p.Add(t)
 		res := waitAll(t, p, 2*time.Minute)
@@ -69,5 +73,115 @@ func shortTrainArgv(gyre string, iters int) func(int) []string {
 	return func(int) []string {
 		return []string{gyre, "--log-level", "info", "--log-format", "json", "train", "--iters", strconv.Itoa(iters),
 			"--target-acc", "0", "--eval-every", "20"}
+	}
+}
+
+// TestJoinStorm: 4 workers join a running seed at once, arriving mid-run,
+// with gyre members polling the job throughout or not; the job never
+// fails, and all 5 end with one digest.
+func TestJoinStorm(t *testing.T) {
+	for _, members := range []bool{false, true} {
+		t.Run(map[bool]string{false: "quiet", true: "members polled"}[members], func(t *testing.T) {
+			testJoinStorm(t, members)
+		})
+	}
+}
+
+func testJoinStorm(t *testing.T, poll bool) {
+	const iters = 3000
+	gyre := gyretest.Gyre(t)
+	argv := trainArgv(gyre, iters)
+	key := gyretest.Key(t)
+	for run := range joinRuns() {
+		p := startSeed(t, 1, argv, key)
+		waitFor(t, time.Minute, "the seed to train", func() bool { return progress.MatchString(p.Stdout(0)) })
+		stop := make(chan struct{})
+		polled := make(chan int)
+		if poll {
+			go func() {
+				n := 0
+				defer func() { polled <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cmd := exec.Command(gyre, "--log-level", "error", "members", "--seed", p.GossipAddrs[0], "--json", "--wait", "200ms")
+					cmd.Env = append(os.Environ(), "GYRE_KEY="+key)
+					if out, err := cmd.CombinedOutput(); err == nil {
+						n++
+					} else {
+						t.Logf("gyre members: %v\n%s", err, out)
+					}
+				}
+			}()
+		}
+		var joiners []int
+		for range 4 {
+			joiners = append(joiners, p.Add(t))
+		}
+		res := waitAll(t, p, 4*time.Minute)
+		close(stop)
+		if poll {
+			if n := <-polled; n == 0 {
+				t.Fatal("gyre members never answered")
+			}
+		}
+		finalDigests(t, res, iters)
+		for _, j := range joiners {
+			if !strings.Contains(res[j].Stderr, `"admitted"`) {
+				t.Fatalf("run %d: joiner %d was never admitted:\n%s", run, j, res[j].Stderr)
+			}
+		}
+		t.Logf("run %d: 4 joiners admitted, 5 workers ended with one digest", run)
+	}
+}
+
+// TestMisfitJoinerByHand: a joiner started with another --hidden, and one
+// with another --batch, are each refused before admission with a message
+// naming the difference, on the joiner and on the member that refused
+// it; the job trains on and ends with one digest.
+func TestMisfitJoinerByHand(t *testing.T) {
+	const iters = 3000
+	gyre := gyretest.Gyre(t)
+	for _, tc := range []struct {
+		name           string
+		flags          []string
+		joiner, member string
+	}{
+		{"hidden", []string{"--hidden", "32"}, `state entry "layer0" is float64[1056] here, float64[528] in the job`,
+			`state entry \"layer0\" is float64[1056] on the joiner, float64[528] in the job`},
+		{"batch", []string{"--batch", "96"}, "setting GlobalBatch (--batch) is 96 here, 48 in the job",
+			"setting GlobalBatch (--batch) is 96 on the joiner, 48 in the job"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			argv := func(r int) []string {
+				a := trainArgv(gyre, iters)(r)
+				if r == 2 {
+					a = append(a, tc.flags...)
+				}
+				return a
+			}
+			p := startSeed(t, 2, argv, gyretest.Key(t))
+			p.Add(t)
+			// Rank 0, which prints the progress, is either process.
+			waitFor(t, time.Minute, "the job to train", func() bool { return progress.MatchString(p.Stdout(0) + p.Stdout(1)) })
+			misfit := p.Add(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r := p.WaitRank(ctx, misfit)
+			if r.Code == 0 || !strings.Contains(r.Stderr, "the job refused this worker") || !strings.Contains(r.Stderr, tc.joiner) {
+				t.Fatalf("the misfit joiner exited %d; want it refused saying %q:\n%s", r.Code, tc.joiner, r.Stderr)
+			}
+			if !strings.Contains(p.Stderr(0)+p.Stderr(1), "refused a joiner that does not fit the job: "+tc.member) {
+				t.Fatalf("no member logged why it refused the joiner (%q):\n%s\n%s", tc.member, p.Stderr(0), p.Stderr(1))
+			}
+			if done := digestLine.MatchString(p.Stdout(0) + p.Stdout(1)); done {
+				t.Fatal("the job ended before the misfit joiner was refused; the test proves nothing")
+			}
+			res := waitAll(t, p, 4*time.Minute)
+			finalDigests(t, res[:2], iters)
+		})
 	}
 }

@@ -22,6 +22,7 @@ const (
 	ChanControl                 // boundary records and other control traffic
 	ChanProbe                   // link probes
 	ChanLiveness                // heartbeats, apart from everything else (package liveness)
+	ChanJoin                    // the admission handshake between a pending joiner and the members
 	NumChannels
 )
 
@@ -35,6 +36,8 @@ func (c Channel) String() string {
 		return "probe"
 	case ChanLiveness:
 		return "liveness"
+	case ChanJoin:
+		return "join"
 	}
 	return "chan(" + strconv.Itoa(int(c)) + ")"
 }

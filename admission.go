@@ -1,0 +1,735 @@
+package gyre
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/membership"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// The admission handshake (docs/membership.md, "Admission"): before a
+// member lists a pending joiner in its boundary record, it has dialled the
+// joiner, heard the joiner's request on a connection the joiner dialled,
+// found that the joiner fits the job, and answered. Both sides run it on
+// transport.ChanJoin, off the trainer's goroutine, so that no handshake
+// holds up an iteration. The member's decision is joinerLink's pure state;
+// admissions and handshakes do the I/O around it.
+
+// Messages on ChanJoin, told apart by the header's Flags.
+const (
+	flagJoinRequest = 1
+	flagJoinReply   = 2
+)
+
+// joinVersion is the version of the handshake's messages.
+const joinVersion = 1
+
+const (
+	// maxJoinRequest bounds a request: a fitting of maxDescribed entries
+	// with names of maxDescName bytes fits with room to spare.
+	maxJoinRequest = 512 << 10
+	// maxJoinReply bounds a reply, which names at most one difference.
+	maxJoinReply = 16 << 10
+	// joinResend is how often a joiner sends its request again, until it
+	// is welcomed: a request cut off when a member stopped listening, or
+	// a member that lost its record of the joiner, is thereby repaired.
+	joinResend = 2 * time.Second
+	// redialEvery paces dials that failed and receives that broke.
+	redialEvery = 500 * time.Millisecond
+)
+
+// handshakeNote is how often a handshake that is stuck is logged, on both
+// sides (a variable for tests).
+var handshakeNote = 10 * time.Second
+
+// joinRequest is what a joiner sends each member: where it is and what it
+// must share with the job.
+type joinRequest struct {
+	Version int
+	Addr    string
+	Fit     fitting
+}
+
+// joinReply is a member's answer: accepted, or why not.
+type joinReply struct {
+	Version  int
+	Accepted bool
+	Misfit   *misfit
+}
+
+// sendJoin sends v as a handshake message with flag to peer.
+func sendJoin(ctx context.Context, t transport.Transport, peer transport.PeerID, flag uint8, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return t.Send(ctx, peer, transport.ChanJoin, wire.Header{Kind: wire.KindControl, Flags: flag}, b)
+}
+
+// recvJoin reads the next handshake message from peer into buf and
+// decodes it into v, which must be the message flag says: else a
+// *badMessageError.
+func recvJoin(ctx context.Context, t transport.Transport, peer transport.PeerID, buf []byte, flag uint8, v any) error {
+	h, n, err := t.Recv(ctx, peer, transport.ChanJoin, buf)
+	switch {
+	case err != nil:
+		return err
+	case h.Kind != wire.KindControl || h.Flags != flag:
+		return &badMessageError{fmt.Errorf("a %v message with flags %d where %d was due", h.Kind, h.Flags, flag)}
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		return &badMessageError{err}
+	}
+	return nil
+}
+
+// badMessageError is a handshake message that arrived whole but could not
+// be read: the channel is still in step.
+type badMessageError struct{ err error }
+
+func (e *badMessageError) Error() string { return e.err.Error() }
+
+// joinerLink is a member's record of its handshake with one pending
+// joiner. Its methods are the handshake's events, and listable is the
+// decision: the joiner goes into this member's boundary record only
+// while both directions have worked and it fits. It is pure: no I/O.
+type joinerLink struct {
+	addr string
+	// dialled: this member's Connect to addr succeeded, and no send on the
+	// link has failed since.
+	dialled bool
+	// heard: a request arrived on a connection the joiner dialled, and no
+	// receive from it has failed since.
+	heard bool
+	// refusal is the difference the last request showed (nil: it fits).
+	refusal *misfit
+	// answered: an answer to the joiner's requests went out since it was
+	// last heard afresh; owed: a request heard since has no answer yet.
+	answered, owed bool
+	// lastErr is the last dial, send or receive failure.
+	lastErr error
+	// since is when this member first saw the joiner pending; noted when
+	// it last logged the handshake.
+	since, noted time.Time
+}
+
+func (l *joinerLink) onDial(err error) {
+	l.dialled = err == nil
+	if err != nil {
+		l.answered, l.lastErr = false, err
+	}
+}
+
+// onRequest records a request and what it showed. Every request is
+// answered (the last answer may have been lost with a connection), but
+// only one that changes the verdict makes the joiner wait for it.
+func (l *joinerLink) onRequest(m *misfit) {
+	if l.heard && (m == nil) != (l.refusal == nil) {
+		l.answered = false
+	}
+	l.heard, l.refusal, l.owed = true, m, true
+}
+
+// onAnswer records the answer's send; a failed send has dropped the link.
+func (l *joinerLink) onAnswer(err error) {
+	if err != nil {
+		l.dialled, l.answered, l.lastErr = false, false, err
+		return
+	}
+	l.answered, l.owed = true, false
+}
+
+// onRecvBroken records a broken receive: the joiner's direction must be
+// proven again.
+func (l *joinerLink) onRecvBroken(err error) {
+	l.heard, l.answered, l.owed, l.lastErr = false, false, false, err
+}
+
+// owesAnswer says an answer is due and can go out.
+func (l *joinerLink) owesAnswer() bool { return l.owed && l.dialled }
+
+func (l *joinerLink) listable() bool { return l.dialled && l.heard && l.refusal == nil && l.answered }
+
+// missing says why the joiner is not listable, for the log.
+func (l *joinerLink) missing() string {
+	switch {
+	case !l.dialled && l.lastErr != nil:
+		return fmt.Sprintf("this worker cannot reach its data address %s: %v", l.addr, l.lastErr)
+	case !l.dialled:
+		return fmt.Sprintf("this worker is still dialling its data address %s", l.addr)
+	case !l.heard:
+		return "it has sent no admission request over a connection of its own: it cannot reach this worker, or its gossip has not seen this worker yet"
+	case l.refusal != nil:
+		return "it does not fit the job: " + l.refusal.member()
+	case l.lastErr != nil:
+		return fmt.Sprintf("this worker's answer did not go out: %v", l.lastErr)
+	}
+	return "this worker's answer is on its way"
+}
+
+// member phrases a misfit as a member logs it.
+func (m *misfit) member() string {
+	return fmt.Sprintf("%s is %s on the joiner, %s in the job", m.What, m.Joiner, m.Job)
+}
+
+// joiner phrases a misfit as the refused joiner reports it.
+func (m *misfit) joiner() string {
+	return fmt.Sprintf("%s is %s here, %s in the job", m.What, m.Joiner, m.Job)
+}
+
+// admissions is a member's side of the handshake: it watches gossip for
+// pending joiners and runs a handshake with each, in goroutines of its
+// own. Its methods are safe for concurrent use.
+type admissions struct {
+	t    transport.Transport
+	node *membership.Node
+	job  string
+	self transport.PeerID
+	fit  fitting
+	log  zerolog.Logger
+
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	members  map[transport.PeerID]bool   // the current view: not joiners
+	departed map[transport.PeerID]string // members that left, at these addresses: not joiners either
+	links    map[transport.PeerID]*joinerHandshake
+}
+
+// joinerHandshake is the goroutine of one joinerLink.
+type joinerHandshake struct {
+	link   joinerLink // guarded by admissions.mu
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startAdmissions starts the member's side of the handshake.
+func startAdmissions(t transport.Transport, node *membership.Node, job string, self transport.PeerID, fit fitting,
+	log zerolog.Logger) *admissions {
+	a := &admissions{t: t, node: node, job: job, self: self, fit: fit, log: log,
+		members: map[transport.PeerID]bool{}, departed: map[transport.PeerID]string{},
+		links: map[transport.PeerID]*joinerHandshake{}}
+	a.ctx, a.stop = context.WithCancel(context.Background())
+	a.wg.Add(1)
+	go a.run()
+	return a
+}
+
+// setView tells the handshake who is a member, and which departed members
+// gossip may still list with their old metadata: neither is a joiner. It
+// ends the handshakes with joiners that are now members and waits for
+// them, so that none touches a member's links after it was admitted.
+func (a *admissions) setView(members []member, departed map[transport.PeerID]string) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	clear(a.members)
+	var ended []*joinerHandshake
+	for _, m := range members {
+		a.members[m.ID] = true
+		if h := a.links[m.ID]; h != nil {
+			h.cancel()
+			delete(a.links, m.ID)
+			ended = append(ended, h)
+		}
+	}
+	a.departed = maps.Clone(departed)
+	a.mu.Unlock()
+	for _, h := range ended {
+		<-h.done
+	}
+}
+
+// ready returns the joiners this member may list: those whose handshake
+// is listable and whom gossip listed pending at its last look.
+func (a *admissions) ready() []member {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []member
+	for id, h := range a.links {
+		if h.link.listable() {
+			out = append(out, member{ID: id, Addr: h.link.addr})
+		}
+	}
+	slices.SortFunc(out, compareMembers)
+	return out
+}
+
+// close stops every handshake and waits for them.
+func (a *admissions) close() {
+	if a == nil {
+		return
+	}
+	a.stop()
+	a.wg.Wait()
+}
+
+// run looks at gossip every admitPoll until close.
+func (a *admissions) run() {
+	defer a.wg.Done()
+	tick := time.NewTicker(admitPoll)
+	defer tick.Stop()
+	for {
+		a.poll(time.Now())
+		select {
+		case <-tick.C:
+		case <-a.ctx.Done():
+			a.mu.Lock()
+			for _, h := range a.links {
+				h.cancel()
+			}
+			a.mu.Unlock()
+			return
+		}
+	}
+}
+
+// poll starts a handshake with every joiner gossip lists pending, stops
+// those of joiners it no longer does (forgetting those gone from gossip),
+// and logs the handshakes that are stuck.
+func (a *admissions) poll(now time.Time) {
+	live, pending := map[transport.PeerID]bool{}, map[transport.PeerID]string{}
+	for _, m := range jobWorkers(a.node.Members(), a.job) {
+		live[m.ID] = true
+		if m.ID != a.self && m.epoch == 0 {
+			pending[m.ID] = m.Addr
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, addr := range pending {
+		if a.members[id] || a.departed[id] == addr {
+			delete(pending, id)
+		}
+	}
+	stopped := map[transport.PeerID]*joinerHandshake{}
+	for id, h := range a.links {
+		if addr, ok := pending[id]; ok && addr == h.link.addr {
+			continue
+		}
+		h.cancel()
+		delete(a.links, id)
+		stopped[id] = h
+		if f, ok := a.t.(transport.Forgetter); ok && !live[id] && !a.members[id] {
+			f.Forget(id) // a joiner that went away: release what the transport keeps for it
+		}
+		if !live[id] {
+			a.log.Info().Str("joiner", string(id)).Msg("a pending joiner left gossip before it was admitted")
+		}
+	}
+	for id, addr := range pending {
+		h := a.links[id]
+		if h == nil {
+			a.startLocked(id, addr, now, stopped[id])
+			continue
+		}
+		if l := &h.link; !l.listable() && now.Sub(l.since) >= handshakeNote && now.Sub(l.noted) >= handshakeNote {
+			l.noted = now
+			a.log.Warn().Str("joiner", string(id)).Str("addr", addr).Dur("pending_for", now.Sub(l.since).Round(time.Second)).
+				Msg("a pending joiner is not admitted: " + l.missing())
+		}
+	}
+}
+
+// startLocked starts the handshake with joiner id at addr, after prev, the
+// last one with id if it is still ending, has ended (one receive at a
+// time per peer and channel).
+func (a *admissions) startLocked(id transport.PeerID, addr string, now time.Time, prev *joinerHandshake) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	h := &joinerHandshake{link: joinerLink{addr: addr, since: now, noted: now}, cancel: cancel, done: make(chan struct{})}
+	a.links[id] = h
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer close(h.done)
+		if prev != nil {
+			<-prev.done
+		}
+		a.shake(ctx, id, h)
+	}()
+}
+
+// event applies an event to h's link under the lock and returns a copy of
+// the link's state after it.
+func (a *admissions) event(h *joinerHandshake, f func(*joinerLink)) joinerLink {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(&h.link)
+	return h.link
+}
+
+// shake runs the member's side of the handshake with joiner id until ctx
+// ends: dial it, hear its requests, judge them, answer.
+func (a *admissions) shake(ctx context.Context, id transport.PeerID, h *joinerHandshake) {
+	requests := make(chan requestEvent)
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		a.receive(ctx, id, requests)
+	}()
+	defer rwg.Wait()
+	redial := time.NewTicker(redialEvery)
+	defer redial.Stop()
+	link := a.event(h, func(*joinerLink) {})
+	refusalLogged := false
+	for {
+		if !link.dialled {
+			cctx, cancel := context.WithTimeout(ctx, connectAttempt)
+			err := a.t.Connect(cctx, id, link.addr)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			link = a.event(h, func(l *joinerLink) { l.onDial(err) })
+		}
+		if link.owesAnswer() {
+			reply := joinReply{Version: joinVersion, Accepted: link.refusal == nil, Misfit: link.refusal}
+			sctx, cancel := context.WithTimeout(ctx, connectAttempt)
+			err := sendJoin(sctx, a.t, id, flagJoinReply, reply)
+			cancel()
+			link = a.event(h, func(l *joinerLink) { l.onAnswer(err) })
+		}
+		select {
+		case ev := <-requests:
+			if ev.err != nil {
+				// The joiner's streams broke: its sends fail, and it dials
+				// again and sends new requests.
+				link = a.event(h, func(l *joinerLink) { l.onRecvBroken(ev.err) })
+				continue
+			}
+			m := ev.bad
+			if m == nil {
+				m = a.judge(ev.req, link.addr)
+			}
+			link = a.event(h, func(l *joinerLink) { l.onRequest(m) })
+			if m != nil && !refusalLogged {
+				refusalLogged = true
+				a.log.Warn().Str("joiner", string(id)).Str("addr", link.addr).Str("what", m.What).
+					Str("joiner_value", m.Joiner).Str("job_value", m.Job).
+					Msg("refused a joiner that does not fit the job: " + m.member())
+			}
+		case <-redial.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// judge returns how the request does not fit the job, or nil.
+func (a *admissions) judge(req joinRequest, addr string) *misfit {
+	switch {
+	case req.Version != joinVersion:
+		return &misfit{What: "the admission protocol version", Joiner: fmt.Sprint(req.Version), Job: fmt.Sprint(joinVersion)}
+	case req.Addr != addr:
+		return &misfit{What: "the data address", Joiner: req.Addr + " (in its request)", Job: addr + " (in its gossip)"}
+	}
+	return misfitOf(a.fit, req.Fit)
+}
+
+// requestEvent is one request heard, or a message that was no request
+// (bad), or why none could be heard (err).
+type requestEvent struct {
+	req joinRequest
+	bad *misfit
+	err error
+}
+
+// receive hears joiner id's requests until ctx ends, passing each on, and
+// each failure, after which it listens again a little later.
+func (a *admissions) receive(ctx context.Context, id transport.PeerID, out chan<- requestEvent) {
+	buf := make([]byte, maxJoinRequest)
+	for {
+		var ev requestEvent
+		err := recvJoin(ctx, a.t, id, buf, flagJoinRequest, &ev.req)
+		if ctx.Err() != nil {
+			return
+		}
+		var bad *badMessageError
+		switch {
+		case errors.Is(err, wire.ErrShortBuffer):
+			ev.bad = &misfit{What: "its admission request", Joiner: "too long", Job: fmt.Sprintf("at most %d bytes", maxJoinRequest)}
+		case errors.As(err, &bad):
+			ev.bad = &misfit{What: "its admission request", Joiner: "unreadable (" + bad.Error() + ")", Job: fmt.Sprintf("version %d", joinVersion)}
+		case err != nil:
+			ev.err = err
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+			return
+		}
+		if ev.err != nil {
+			select {
+			case <-time.After(redialEvery):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// gossipWorker is a worker of this job as gossip lists it.
+type gossipWorker struct {
+	member
+	epoch uint64
+}
+
+// jobWorkers returns the live workers of job that gossip lists, with
+// metadata this worker can read and speaking its protocol.
+func jobWorkers(ms []membership.Member, job string) []gossipWorker {
+	var out []gossipWorker
+	for _, m := range ms {
+		if m.MetaErr != nil || m.Meta.Role != membership.RoleWorker || m.Meta.Job != job ||
+			m.Meta.Protocol != protocolVersion || m.Meta.DataAddr == "" {
+			continue
+		}
+		out = append(out, gossipWorker{member: member{ID: transport.PeerID(m.Name), Addr: m.Meta.DataAddr}, epoch: m.Meta.Epoch})
+	}
+	return out
+}
+
+// handshakes is a pending joiner's side of the handshake: one goroutine
+// per member it learns of from gossip, until it is welcomed.
+type handshakes struct {
+	t   transport.Transport
+	req joinRequest
+	log zerolog.Logger
+
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	links   map[transport.PeerID]*memberShake
+	refusal error // the first refusal
+}
+
+// memberShake is the joiner's record of its handshake with one member.
+type memberShake struct {
+	addr     string
+	dialled  bool
+	accepted bool
+	lastErr  error
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func startHandshakes(t transport.Transport, req joinRequest, log zerolog.Logger) *handshakes {
+	h := &handshakes{t: t, req: req, log: log, links: map[transport.PeerID]*memberShake{}}
+	h.ctx, h.stop = context.WithCancel(context.Background())
+	return h
+}
+
+// retain runs a handshake with every member of ms, and stops those with
+// members gossip no longer lists in a view.
+func (h *handshakes) retain(ms []member) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := make(map[transport.PeerID]string, len(ms))
+	for _, m := range ms {
+		want[m.ID] = m.Addr
+	}
+	stopped := map[transport.PeerID]*memberShake{}
+	for id, l := range h.links {
+		if want[id] != l.addr {
+			l.cancel()
+			delete(h.links, id)
+			stopped[id] = l
+		}
+	}
+	for id, addr := range want {
+		if h.links[id] != nil {
+			continue
+		}
+		prev := stopped[id]
+		ctx, cancel := context.WithCancel(h.ctx)
+		l := &memberShake{addr: addr, cancel: cancel, done: make(chan struct{})}
+		h.links[id] = l
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			defer close(l.done)
+			if prev != nil {
+				<-prev.done
+			}
+			h.shake(ctx, id, l)
+		}()
+	}
+}
+
+// refused returns the first refusal from a member, or nil.
+func (h *handshakes) refused() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refusal
+}
+
+// note logs the members that have not accepted this joiner, and why.
+func (h *handshakes) note(pendingFor time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var unreachable, silent, accepted []string
+	for id, l := range h.links {
+		switch {
+		case l.accepted:
+			accepted = append(accepted, string(id))
+		case !l.dialled && l.lastErr != nil:
+			unreachable = append(unreachable, fmt.Sprintf("%s at %s (%v)", id, l.addr, l.lastErr))
+		default:
+			silent = append(silent, fmt.Sprintf("%s at %s", id, l.addr))
+		}
+	}
+	slices.Sort(unreachable)
+	slices.Sort(silent)
+	ev := h.log.Warn()
+	if len(unreachable) == 0 && len(silent) == 0 {
+		ev = h.log.Info()
+	}
+	ev.Dur("pending_for", pendingFor.Round(time.Second)).Int("accepted_by", len(accepted)).Int("members_known", len(h.links)).
+		Msg(pendingMessage(h.req.Addr, unreachable, silent))
+}
+
+// pendingMessage says why a joiner is still pending.
+func pendingMessage(self string, unreachable, silent []string) string {
+	var parts []string
+	if len(unreachable) > 0 {
+		parts = append(parts, "this worker cannot reach member(s) "+strings.Join(unreachable, "; "))
+	}
+	if len(silent) > 0 {
+		parts = append(parts, fmt.Sprintf("member(s) %s have not answered its admission request: they cannot reach this worker's data address %s (check --advertise, --data-addr and firewalls), or their gossip has not seen it yet",
+			strings.Join(silent, ", "), self))
+	}
+	if len(parts) == 0 {
+		return "still pending: every member known accepted this worker; a boundary admits it unless the view is at MaxWorkers or the global batch has no sample to spare"
+	}
+	return "still pending: " + strings.Join(parts, "; ")
+}
+
+// close stops every handshake and waits for them.
+func (h *handshakes) close() {
+	h.stop()
+	h.wg.Wait()
+}
+
+// shake runs the joiner's side of the handshake with member id until ctx
+// ends or the member refuses: dial it and send the request, again every
+// joinResend, and hear its replies.
+func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberShake) {
+	replies := make(chan replyEvent)
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		h.receive(ctx, id, replies)
+	}()
+	defer rwg.Wait()
+	send := time.NewTimer(0)
+	defer send.Stop()
+	for {
+		select {
+		case <-send.C:
+			next := joinResend
+			if err := h.send(ctx, id, l); err != nil {
+				next = redialEvery
+			}
+			send.Reset(next)
+		case ev := <-replies:
+			h.mu.Lock()
+			switch {
+			case ev.err != nil:
+				l.accepted, l.lastErr = false, ev.err
+			case ev.reply.Accepted:
+				l.accepted = true
+			default:
+				m := ev.reply.Misfit
+				if m == nil {
+					m = &misfit{What: "something", Joiner: "(unnamed)", Job: "(unnamed)"}
+				}
+				if h.refusal == nil {
+					h.refusal = fmt.Errorf("%w: the job refused this worker (member %s at %s): %s", ErrDiverged, id, l.addr, m.joiner())
+				}
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// send dials member id if need be and sends it the request.
+func (h *handshakes) send(ctx context.Context, id transport.PeerID, l *memberShake) error {
+	h.mu.Lock()
+	dialled := l.dialled
+	h.mu.Unlock()
+	var err error
+	if !dialled {
+		cctx, cancel := context.WithTimeout(ctx, connectAttempt)
+		err = h.t.Connect(cctx, id, l.addr)
+		cancel()
+	}
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, connectAttempt)
+		err = sendJoin(sctx, h.t, id, flagJoinRequest, h.req)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l.dialled = err == nil
+	if err != nil {
+		l.lastErr = err
+	}
+	return err
+}
+
+// replyEvent is one reply heard, or why none could be.
+type replyEvent struct {
+	reply joinReply
+	err   error
+}
+
+// receive hears member id's replies until ctx ends, passing each on.
+func (h *handshakes) receive(ctx context.Context, id transport.PeerID, out chan<- replyEvent) {
+	buf := make([]byte, maxJoinReply)
+	for {
+		var ev replyEvent
+		ev.err = recvJoin(ctx, h.t, id, buf, flagJoinReply, &ev.reply)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+			return
+		}
+		if ev.err != nil {
+			select {
+			case <-time.After(redialEvery):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}

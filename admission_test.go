@@ -1,0 +1,235 @@
+package gyre
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gyre-ml/gyre/transport"
+)
+
+var errCut = errors.New("cut")
+
+func TestJoinerLinkEvents(t *testing.T) {
+	misfitBatch := &misfit{What: "setting GlobalBatch (--batch)", Joiner: "48", Job: "24"}
+	for _, tc := range []struct {
+		name   string
+		events func(l *joinerLink)
+		want   bool
+	}{
+		{"nothing yet", func(l *joinerLink) {}, false},
+		{"dialled only", func(l *joinerLink) { l.onDial(nil) }, false},
+		{"heard only", func(l *joinerLink) { l.onRequest(nil) }, false},
+		{"both, unanswered", func(l *joinerLink) { l.onDial(nil); l.onRequest(nil) }, false},
+		{"handshake done", func(l *joinerLink) { l.onDial(nil); l.onRequest(nil); l.onAnswer(nil) }, true},
+		{"heard before dialled", func(l *joinerLink) { l.onRequest(nil); l.onDial(nil); l.onAnswer(nil) }, true},
+		{"answer lost", func(l *joinerLink) { l.onDial(nil); l.onRequest(nil); l.onAnswer(errCut) }, false},
+		{"answer lost, redialled, answered", func(l *joinerLink) {
+			l.onDial(nil)
+			l.onRequest(nil)
+			l.onAnswer(errCut)
+			l.onDial(nil)
+			l.onAnswer(nil)
+		}, true},
+		{"receive broke", func(l *joinerLink) {
+			l.onDial(nil)
+			l.onRequest(nil)
+			l.onAnswer(nil)
+			l.onRecvBroken(errCut)
+		}, false},
+		{"receive broke, heard again", func(l *joinerLink) {
+			l.onDial(nil)
+			l.onRequest(nil)
+			l.onAnswer(nil)
+			l.onRecvBroken(errCut)
+			l.onRequest(nil)
+			l.onAnswer(nil)
+		}, true},
+		{"a repeat keeps it listed", func(l *joinerLink) {
+			l.onDial(nil)
+			l.onRequest(nil)
+			l.onAnswer(nil)
+			l.onRequest(nil)
+		}, true},
+		{"misfit", func(l *joinerLink) { l.onDial(nil); l.onRequest(misfitBatch); l.onAnswer(nil) }, false},
+		{"misfit, then fits: waits for the answer", func(l *joinerLink) {
+			l.onDial(nil)
+			l.onRequest(misfitBatch)
+			l.onAnswer(nil)
+			l.onRequest(nil)
+		}, false},
+		{"dial failed", func(l *joinerLink) { l.onDial(errCut); l.onRequest(nil) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l joinerLink
+			tc.events(&l)
+			if got := l.listable(); got != tc.want {
+				t.Fatalf("listable = %v, want %v (%+v): %s", got, tc.want, l, l.missing())
+			}
+		})
+	}
+}
+
+// simPair is the network between one member and one joiner in the
+// admission simulator: each direction works or is cut for good, and the
+// joiner fits the job or not.
+type simPair struct {
+	toJoiner, toMember bool // member→joiner and joiner→member work
+	link               joinerLink
+	requests           int // requests sent by the joiner, not yet heard
+	// What the simulator knows happened, kept apart from link: the last
+	// dial succeeded and no send failed since (up), a request was heard
+	// since the last broken receive (heard), an answer went out since
+	// the joiner was last heard afresh (answered).
+	up, heard, answered bool
+}
+
+// TestAdmissionSimulation drives the members' handshake state, joinerLink,
+// through random interleavings of the handshake's I/O with faults at
+// every step: directions cut for good, dials and sends that fail once,
+// receives that break, requests that repeat. After every step the members
+// vote with the joiners they may list, and decideView must admit only
+// joiners that fit and that every member reaches both ways. Once the
+// transient faults stop, every joiner that fits and is reachable is
+// admitted.
+func TestAdmissionSimulation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		nm, nj := 1+rng.IntN(4), 1+rng.IntN(4)
+		view := testMembers(func() []string {
+			var a []string
+			for i := range nm {
+				a = append(a, fmt.Sprintf("10.0.0.%d:7000", i+1))
+			}
+			return a
+		}()...)
+		joiners := make([]member, nj)
+		fits := make([]bool, nj)
+		for j := range joiners {
+			joiners[j] = member{ID: transport.PeerID(fmt.Sprintf("j%d", j)), Addr: fmt.Sprintf("10.0.1.%d:7000", j+1)}
+			fits[j] = rng.IntN(5) > 0
+		}
+		pairs := make([][]simPair, nm)
+		for m := range pairs {
+			pairs[m] = make([]simPair, nj)
+			for j := range pairs[m] {
+				pairs[m][j] = simPair{toJoiner: rng.IntN(6) > 0, toMember: rng.IntN(6) > 0}
+			}
+		}
+		reachable := func(j int) bool {
+			for m := range pairs {
+				if !pairs[m][j].toJoiner || !pairs[m][j].toMember {
+					return false
+				}
+			}
+			return true
+		}
+		check := func(step int) []member {
+			t.Helper()
+			ws := workersOf(view)
+			for m := range ws {
+				for j := range joiners {
+					p := pairs[m][j]
+					if !p.link.listable() {
+						continue
+					}
+					if !p.up || !p.heard || !p.answered || !fits[j] {
+						t.Fatalf("trial %d step %d: member %d lists joiner %d with link up %v, heard %v, answered %v, fits %v",
+							trial, step, m, j, p.up, p.heard, p.answered, fits[j])
+					}
+					ws[m].pending = append(ws[m].pending, joiners[j])
+				}
+			}
+			d, err := simBoundary(t, view, ws)
+			if err != nil {
+				t.Fatalf("trial %d step %d: %v", trial, step, err)
+			}
+			for _, a := range d.Admitted {
+				j := slices.Index(joiners, a)
+				if !fits[j] || !reachable(j) {
+					t.Fatalf("trial %d step %d: admitted %s, which fits=%v reachable=%v", trial, step, a.ID, fits[j], reachable(j))
+				}
+			}
+			return d.Admitted
+		}
+		steps := 50 + rng.IntN(150)
+		for step := range steps + 200 {
+			faults := step < steps // the transient faults stop after steps
+			m, j := rng.IntN(nm), rng.IntN(nj)
+			p := &pairs[m][j]
+			var verdict *misfit
+			if !fits[j] {
+				verdict = &misfit{What: "setting GlobalBatch (--batch)", Joiner: "1", Job: "2"}
+			}
+			switch rng.IntN(6) {
+			case 0: // the member dials when it has no link
+				if !p.link.dialled {
+					p.up = p.toJoiner && !(faults && rng.IntN(3) == 0)
+					if p.up {
+						p.link.onDial(nil)
+					} else {
+						p.link.onDial(errCut)
+						p.answered = false
+					}
+				}
+			case 1: // the joiner sends a request (again every joinResend)
+				if p.toMember {
+					p.requests++
+				}
+			case 2: // the member hears one
+				if p.requests > 0 {
+					p.requests--
+					if !p.heard {
+						p.answered = false
+					}
+					p.heard = true
+					p.link.onRequest(verdict)
+				}
+			case 3: // the member answers what it owes
+				if p.link.owesAnswer() {
+					if !p.toJoiner || faults && rng.IntN(3) == 0 {
+						p.link.onAnswer(errCut)
+						p.up, p.answered = false, false
+					} else {
+						p.link.onAnswer(nil)
+						p.answered = true
+					}
+				}
+			case 4: // a receive breaks
+				if faults && rng.IntN(4) == 0 {
+					p.link.onRecvBroken(errCut)
+					p.requests, p.heard, p.answered = 0, false, false
+				}
+			case 5:
+			}
+			check(step)
+		}
+		// Fault-free: play every handshake out.
+		for m := range pairs {
+			for j := range pairs[m] {
+				p := &pairs[m][j]
+				if !p.toJoiner || !p.toMember {
+					continue
+				}
+				if !p.link.dialled {
+					p.link.onDial(nil)
+				}
+				verdict := (*misfit)(nil)
+				if !fits[j] {
+					verdict = &misfit{What: "x", Joiner: "1", Job: "2"}
+				}
+				p.link.onRequest(verdict)
+				p.link.onAnswer(nil)
+				p.up, p.heard, p.answered = true, true, true
+			}
+		}
+		admitted := check(-1)
+		for j := range joiners {
+			if want := fits[j] && reachable(j); want != slices.Contains(admitted, joiners[j]) {
+				t.Fatalf("trial %d: joiner %d (fits %v, reachable %v) admitted %v", trial, j, fits[j], reachable(j), !want)
+			}
+		}
+	}
+}
