@@ -272,10 +272,27 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	}
 	if leaving {
 		// The decision stands even if the barrier failed: every member
-		// holds the table it came from.
+		// holds the table it came from. Before closing, wait for the
+		// others' farewells: a transport hands messages to the network
+		// without confirming delivery, and closing at once could cut off
+		// the last messages of this worker's barrier.
 		w.left = true
+		fctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
+		if err := w.live.Farewell(fctx, w.cfg.PeerTimeout); err != nil {
+			w.log.Debug().Err(err).Msg("waiting for the farewells of the members that stay")
+		}
+		cancel()
 		w.log.Info().Int64("iter", w.iter).Msg("left the job at the boundary, as requested")
 		return errors.Join(w.leaveGossip(), w.Close())
+	}
+	if len(d.Left) > 0 {
+		// This member's barrier is done: it needs nothing more from the
+		// leavers, which wait for that before they close.
+		fctx, cancel := context.WithTimeout(ctx, w.cfg.PeerTimeout)
+		if err := w.live.Dismiss(fctx, peerIDs(d.Left)); err != nil {
+			w.log.Debug().Err(err).Msg("saying farewell to the members that left")
+		}
+		cancel()
 	}
 	w.forgetDeparted()
 	rank := slices.IndexFunc(d.Members, func(m member) bool { return m.ID == self })
@@ -624,7 +641,12 @@ func newMetaPublisher(node *membership.Node, log zerolog.Logger) *metaPublisher 
 	return p
 }
 
+// publish gossips m in the background; with no gossip (p nil, the static
+// view) it does nothing.
 func (p *metaPublisher) publish(m membership.Meta) {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	p.latest = &m
 	p.mu.Unlock()
@@ -658,4 +680,13 @@ func (p *metaPublisher) stop() {
 	}
 	p.once.Do(func() { close(p.done) })
 	p.wg.Wait()
+}
+
+// peerIDs returns the transport IDs of ms.
+func peerIDs(ms []member) []transport.PeerID {
+	ids := make([]transport.PeerID, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
 }

@@ -185,3 +185,35 @@ func TestMisfitJoinerByHand(t *testing.T) {
 		})
 	}
 }
+
+// TestStaticLeave: in a static 3-worker job over QUIC, one worker asks to
+// leave (SIGTERM): it leaves at the next boundary and exits 0, and the
+// other two go on as a smaller static view at the next epoch and end with
+// one digest. The leaver says farewell before it closes, so none of its
+// last messages is lost.
+func TestStaticLeave(t *testing.T) {
+	const iters, leaver = 60, 1
+	gyre := gyretest.Gyre(t)
+	for run := range joinRuns() {
+		// A model whose iterations take tens of milliseconds, so that
+		// the leave lands mid-run.
+		p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 3, Argv: func(int) []string {
+			return []string{gyre, "--log-level", "info", "--log-format", "json", "train", "--iters", strconv.Itoa(iters),
+				"--target-acc", "0", "--eval-every", "20", "--hidden", "512", "--batch", "1536"}
+		}})
+		waitFor(t, time.Minute, "the leaver to join", func() bool { return strings.Contains(p.Stderr(leaver), `"joined"`) })
+		p.Term(t, leaver)
+		res := waitAll(t, p, 2*time.Minute)
+		m := leftLine.FindStringSubmatch(res[leaver].Stdout)
+		if res[leaver].Code != 0 || m == nil {
+			t.Fatalf("run %d: the leaver exited %d without saying it left:\n%s\n%s", run, res[leaver].Code, res[leaver].Stdout, res[leaver].Stderr)
+		}
+		finalDigests(t, res, iters, leaver)
+		for _, r := range []int{0, 2} {
+			if !strings.Contains(res[r].Stderr, `"left":["`+p.Peers[leaver]) {
+				t.Fatalf("run %d: rank %d did not log the leave:\n%s", run, r, res[r].Stderr)
+			}
+		}
+		t.Logf("run %d: rank %d left after iteration %s; the other two ended with one digest", run, leaver, m[1])
+	}
+}

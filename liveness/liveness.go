@@ -155,11 +155,8 @@ func (m *Monitor) Farewell(ctx context.Context, patience time.Duration) error {
 		ids, peers = append(ids, id), append(peers, p)
 	}
 	m.mu.Unlock()
-	hdr := wire.Header{Kind: wire.KindControl, Flags: flagFarewell}
-	for _, id := range ids {
-		if err := m.t.Send(ctx, id, transport.ChanLiveness, hdr, nil); err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
+	if err := m.Dismiss(ctx, ids); err != nil {
+		return err
 	}
 	tick := time.NewTicker(max(m.interval/4, time.Millisecond))
 	defer tick.Stop()
@@ -181,6 +178,21 @@ func (m *Monitor) Farewell(ctx context.Context, patience time.Duration) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Dismiss tells peers that this worker needs nothing more from them: the
+// farewell that a peer waiting in Farewell counts, as when the others of a
+// job let a leaving member go. It returns once the farewells are handed
+// to the transport (a peer that cannot be reached is skipped), or with
+// ctx's error; it does not change the watched set.
+func (m *Monitor) Dismiss(ctx context.Context, peers []transport.PeerID) error {
+	hdr := wire.Header{Kind: wire.KindControl, Flags: flagFarewell}
+	for _, id := range peers {
+		if err := m.t.Send(ctx, id, transport.ChanLiveness, hdr, nil); err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Close stops every heartbeat and waits for the Monitor's goroutines. It
