@@ -236,6 +236,9 @@ func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 	p.procs = append(p.procs, pr)
 }
 
+// Pid returns process r's process ID.
+func (p *Procs) Pid(r int) int { return p.procs[r].cmd.Process.Pid }
+
 // Stdout returns what process r has printed so far.
 func (p *Procs) Stdout(r int) string { return p.procs[r].out.String() }
 

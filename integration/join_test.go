@@ -97,6 +97,7 @@ func testJoinStorm(t *testing.T, poll bool) {
 		waitFor(t, time.Minute, "the seed to train", func() bool { return progress.MatchString(p.Stdout(0)) })
 		stop := make(chan struct{})
 		polled := make(chan int)
+		seed := p.GossipAddrs[0] // read before Add grows the slice
 		if poll {
 			go func() {
 				n := 0
@@ -107,7 +108,7 @@ func testJoinStorm(t *testing.T, poll bool) {
 						return
 					default:
 					}
-					cmd := exec.Command(gyre, "--log-level", "error", "members", "--seed", p.GossipAddrs[0], "--json", "--wait", "200ms")
+					cmd := exec.Command(gyre, "--log-level", "error", "members", "--seed", seed, "--json", "--wait", "200ms")
 					cmd.Env = append(os.Environ(), "GYRE_KEY="+key)
 					if out, err := cmd.CombinedOutput(); err == nil {
 						n++

@@ -1,7 +1,6 @@
 package membership
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/floodlog"
 )
 
 // Config configures a Node.
@@ -54,6 +55,8 @@ type Node struct {
 	ml   *memberlist.Memberlist
 	del  *delegate
 	ev   *events
+	// flood logs refused connections and junk packets, rate-limited.
+	flood *floodlog.Log
 	// gossipInterval is memberlist's, for Leave.
 	gossipInterval time.Duration
 }
@@ -112,7 +115,20 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.SuspicionMult > 0 {
 		mc.SuspicionMult = cfg.SuspicionMult
 	}
-	mc.Logger = log.New(&logWriter{log: cfg.Logger.With().Str("component", "membership").Logger()}, "", 0)
+	zl := cfg.Logger.With().Str("component", "membership").Logger()
+	flood := floodlog.New(floodlog.Config{Logger: zl, What: "connections and packets to the gossip port"})
+	mc.Logger = log.New(&logWriter{log: zl, flood: flood}, "", 0)
+	gt, err := newNetTransport(host, port, mc.Logger, flood)
+	if err != nil {
+		flood.Close()
+		return nil, fmt.Errorf("membership: start gossip on %s: %w", cfg.Listen, err)
+	}
+	// memberlist takes a given transport as bound: tell it the port.
+	mc.Transport = gt
+	mc.BindPort = gt.GetAutoBindPort()
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = mc.BindPort
+	}
 	forget := cfg.Forget
 	if forget <= 0 {
 		forget = DefaultForget
@@ -122,9 +138,11 @@ func Start(cfg Config) (*Node, error) {
 	mc.Delegate, mc.Events, mc.Merge = d, ev, ev
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		gt.Shutdown()
+		flood.Close()
 		return nil, fmt.Errorf("membership: start gossip on %s: %w", cfg.Listen, err)
 	}
-	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev, gossipInterval: mc.GossipInterval}, nil
+	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev, flood: flood, gossipInterval: mc.GossipInterval}, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -265,30 +283,14 @@ func (n *Node) Leave(timeout time.Duration) error {
 		// does, within timeout.
 		time.Sleep(min(2*n.gossipInterval, timeout-time.Since(start)))
 	}
-	return errors.Join(err, n.ml.Shutdown())
+	err = errors.Join(err, n.ml.Shutdown())
+	n.flood.Close()
+	return err
 }
 
 // Close stops gossiping at once; the others find the node dead.
-func (n *Node) Close() error { return n.ml.Shutdown() }
-
-// logWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// zerolog events at the matching level.
-type logWriter struct{ log zerolog.Logger }
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	line := bytes.TrimSpace(p)
-	level := zerolog.InfoLevel
-	for prefix, l := range map[string]zerolog.Level{"[DEBUG]": zerolog.DebugLevel, "[INFO]": zerolog.InfoLevel,
-		"[WARN]": zerolog.WarnLevel, "[ERR]": zerolog.ErrorLevel} {
-		if rest, ok := bytes.CutPrefix(line, []byte(prefix)); ok {
-			level, line = l, bytes.TrimSpace(rest)
-			break
-		}
-	}
-	if bytes.Contains(line, []byte("use of closed network connection")) {
-		// A probe or gossip in flight as this node shut down: not news.
-		level = zerolog.DebugLevel
-	}
-	w.log.WithLevel(level).Msg(string(bytes.TrimPrefix(line, []byte("memberlist: "))))
-	return len(p), nil
+func (n *Node) Close() error {
+	err := n.ml.Shutdown()
+	n.flood.Close()
+	return err
 }

@@ -2,8 +2,11 @@ package membership_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -318,3 +321,79 @@ func TestJoinerSeesGone(t *testing.T) {
 		t.Errorf("the joiner lists %d live members, want 2", got)
 	}
 }
+
+// TestGossipPortFlood: a flood of junk on a node's gossip port, TCP
+// connections that hold on silent and others that send garbage, plus UDP
+// junk, costs a bounded number of served streams, writes a handful of log
+// lines, not one per connection, and leaves the node able to take a new
+// member.
+func TestGossipPortFlood(t *testing.T) {
+	key := gossipKey(t)
+	log := &transporttest.LogBuffer{}
+	seed := start(t, "w0", key, log)
+	addr := seed.Addr()
+	// Silent connections hold memberlist's stream goroutines until its
+	// TCP timeout; past the bound, the rest are closed at once.
+	var silent []net.Conn
+	for range 200 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+		defer c.Close()
+	}
+	closedAtOnce := 0
+	for _, c := range silent {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			closedAtOnce++
+		}
+	}
+	if want := 200 - 64; closedAtOnce < want-8 {
+		t.Fatalf("%d of 200 silent connections were closed at once, want about %d: the served streams are not bounded", closedAtOnce, want)
+	}
+	for _, c := range silent {
+		c.Close()
+	}
+	junk := make([]byte, 512)
+	for i := range 1000 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rand.Read(junk)
+		c.Write(junk)
+		c.Close()
+		if u, err := net.Dial("udp", addr); err == nil {
+			u.Write(junk[:64+i%256])
+			u.Close()
+		}
+	}
+	// The node still takes a member once the junk it is serving times
+	// out (a joiner retries, as gyre.Join does).
+	other := start(t, "w1", key, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		err := other.Join(ctx, []string{addr})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("joining after the flood: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	converged(t, []*membership.Node{seed, other}, 2)
+	lines := strings.Count(log.String(), `"level":"warn"`) + strings.Count(log.String(), `"level":"error"`)
+	if lines > floodlogTotal+1 {
+		t.Fatalf("%d warning lines for a flood of %d connections and packets:\n%s", lines, 2200, log.String())
+	}
+	if !strings.Contains(log.String(), "gossip") {
+		t.Fatalf("the flood left no trace in the log:\n%s", log.String())
+	}
+}
+
+// floodlogTotal is the flood log's default total of lines per window.
+const floodlogTotal = 4

@@ -3,15 +3,25 @@ package quic
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
-	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/transport"
 )
+
+// maxHandshakes bounds the incoming handshakes under way at once, so that
+// a burst of them cannot take every core from the heartbeats: past it, a
+// client is refused at once (its dial fails and is tried again); past
+// half of it, a client must first prove its address with a Retry.
+// Legitimate peers open one connection per stripe and reuse it, so they
+// rarely meet the bound.
+const maxHandshakes = 64
+
+var errTooManyHandshakes = errors.New("too many handshakes under way")
 
 // handshake is what the server knows about one incoming connection attempt.
 // quic-go never reports a failed handshake to the accepting side, so it is
@@ -20,18 +30,34 @@ type handshake struct {
 	remote   net.Addr
 	accepted atomic.Bool // reached Accept
 	refused  atomic.Bool // refusal already logged by the certificate check
+	over     atomic.Bool // no longer counted in Transport.handshaking
+}
+
+// end stops counting h as under way; it is idempotent.
+func (t *Transport) endHandshake(h *handshake) {
+	if h.over.CompareAndSwap(false, true) {
+		t.handshaking.Add(-1)
+	}
 }
 
 type handshakeKey struct{}
 
 // connContext runs for every incoming connection attempt, before the
-// handshake. The context it returns ends with the connection, with the
-// reason as its cause; a connection that ends before it was accepted failed
-// its handshake, and that is logged with the remote address.
+// handshake. It refuses the attempt if maxHandshakes are under way. The
+// context it returns ends with the connection, with the reason as its
+// cause; a connection that ends before it was accepted failed its
+// handshake, and that is logged with the remote address.
 func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
+	if t.handshaking.Add(1) > maxHandshakes {
+		t.handshaking.Add(-1)
+		t.flood.Refused(info.RemoteAddr.String(), "refused: too many handshakes under way").
+			Int("max_handshakes", maxHandshakes).Send()
+		return nil, errTooManyHandshakes
+	}
 	h := &handshake{remote: info.RemoteAddr}
 	ctx = context.WithValue(ctx, handshakeKey{}, h)
 	context.AfterFunc(ctx, func() {
+		t.endHandshake(h)
 		if h.accepted.Load() || h.refused.Load() {
 			return
 		}
@@ -42,9 +68,7 @@ func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (c
 			// address, which names it.
 			t.refusals.Add(h.remote.String(), "", fmt.Errorf("the client does not trust this worker's certificate: %w", cause))
 		}
-		t.logOpen(func(log *zerolog.Logger) {
-			log.Warn().Str("remote", h.remote.String()).Err(cause).Msg("handshake failed")
-		})
+		t.flood.Refused(h.remote.String(), "handshake failed").Err(cause).Send()
 	})
 	return ctx, nil
 }
@@ -66,24 +90,11 @@ func (t *Transport) serverTLS() *tls.Config {
 				h.refused.Store(true)
 			}
 			t.refusals.Add(remote, claimed, err)
-			t.logOpen(func(log *zerolog.Logger) {
-				log.Warn().Str("remote", remote).Str("claims", claimed).Err(err).
-					Msg("refused: client certificate not issued by this cluster's CA: the cluster secrets differ")
-			})
+			t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ").
+				Str("claims", claimed).Err(err).Send()
 		}, ALPN), nil
 	}
 	return base
-}
-
-// logOpen logs with f unless the transport is closed. quic-go runs the
-// handshake callbacks on its own goroutines, which may outlive Close; the
-// lock keeps them from logging after Close returned.
-func (t *Transport) logOpen(f func(*zerolog.Logger)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.closed {
-		f(&t.log)
-	}
 }
 
 // acceptLoop accepts connections until Close.
@@ -95,6 +106,7 @@ func (t *Transport) acceptLoop() {
 		}
 		if h, ok := conn.Context().Value(handshakeKey{}).(*handshake); ok {
 			h.accepted.Store(true)
+			t.endHandshake(h)
 		}
 		t.wg.Go(func() { t.serve(conn) })
 	}

@@ -85,6 +85,10 @@ type Config struct {
 	// can reset this endpoint's connections, so it must be secret, and it
 	// must differ between endpoints.
 	ResetKey *[32]byte
+
+	// logEveryRefusal turns off the refusal log's rate limit, for tests
+	// that read every refusal.
+	logEveryRefusal bool
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.

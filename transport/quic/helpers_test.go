@@ -18,6 +18,8 @@ func newNode(tb testing.TB, ca *secret.CA, id string, adjust func(*Config)) *Tra
 		Identity: transporttest.Issue(tb, ca, id),
 		Listen:   "127.0.0.1:0",
 		Logger:   transporttest.Logger(tb),
+		// Tests read every refusal.
+		logEveryRefusal: true,
 	}
 	return transporttest.Start(tb, cfg, adjust, New)
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/refusals"
@@ -32,7 +34,10 @@ type Transport struct {
 	cfg      Config
 	log      zerolog.Logger
 	core     *streams.Transport
-	refusals refusals.Log // inbound connections refused by the certificate check
+	refusals refusals.Log  // inbound connections refused by the certificate check
+	flood    *floodlog.Log // the log of refused connections, rate-limited
+	// handshaking counts the incoming handshakes under way (connContext).
+	handshaking atomic.Int64
 
 	udp *net.UDPConn
 	qt  *quicgo.Transport
@@ -90,12 +95,17 @@ func New(cfg Config) (*Transport, error) {
 		log:     log,
 		udp:     udp,
 		inbound: make(map[*quicgo.Conn]transport.PeerID),
+		flood:   floodlog.New(floodlog.Config{Logger: log, What: "connections to the data port", Every: cfg.logEveryRefusal}),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.qt = &quicgo.Transport{
 		Conn:              udp,
 		StatelessResetKey: &resetKey,
 		ConnContext:       t.connContext,
+		// Under a burst of handshakes, a client first proves that it
+		// receives at its address (a Retry), so that spoofed addresses
+		// cost no handshake.
+		VerifySourceAddress: func(net.Addr) bool { return t.handshaking.Load() > maxHandshakes/2 },
 	}
 	t.ln, err = t.qt.Listen(t.serverTLS(), cfg.quicConfig(false))
 	if err != nil {
@@ -199,6 +209,7 @@ func (t *Transport) Close() error {
 		// CONNECTION_CLOSE frames above are sent rather than cut off.
 		err = errors.Join(err, t.ln.Close(), t.qt.Close(), t.udp.Close())
 		t.wg.Wait()
+		t.flood.Close()
 		t.log.Debug().Msg("closed")
 	})
 	return err

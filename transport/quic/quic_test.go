@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -624,3 +625,97 @@ func TestRefusalsReported(t *testing.T) {
 		t.Fatalf("the dialer lists refusals of its own: %+v", got)
 	}
 }
+
+// TestHandshakeFloodIsBounded: a burst of handshakes presenting another
+// cluster's certificate is refused without delaying a legitimate peer's
+// heartbeat-sized messages, and writes a handful of log lines, the rest
+// summed up.
+func TestHandshakeFloodIsBounded(t *testing.T) {
+	ours, theirs := transporttest.NewCA(t), transporttest.NewCA(t)
+	logs := &transporttest.LogBuffer{}
+	a := newNode(t, ours, "a", func(c *Config) {
+		c.Logger = zerolog.New(logs).Level(zerolog.WarnLevel)
+		c.logEveryRefusal = false
+	})
+	b := newNode(t, ours, "b", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := b.Connect(ctx, "a", a.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	// b sends a a small message every 50 ms, as heartbeats go; a tracks the
+	// longest gap between arrivals.
+	stop := make(chan struct{})
+	var longest time.Duration
+	received := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			b.Send(ctx, "a", transport.ChanLiveness, wire.Header{Kind: wire.KindControl}, nil)
+		}
+	}()
+	go func() {
+		last := time.Now()
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _, err := a.Recv(rctx, "b", transport.ChanLiveness, nil)
+			rcancel()
+			select {
+			case <-stop:
+				received <- nil
+				return
+			default:
+			}
+			if err != nil {
+				received <- err
+				return
+			}
+			longest = max(longest, time.Since(last))
+			last = time.Now()
+		}
+	}()
+
+	intruder := transporttest.Issue(t, theirs, "intruder").ClientTLS(ALPN)
+	intruder.InsecureSkipVerify = true
+	const dialers, each = 32, 40
+	var wg sync.WaitGroup
+	for range dialers {
+		wg.Go(func() {
+			for range each {
+				dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+				if conn, err := quicgo.DialAddr(dctx, a.Addr(), intruder, nil); err == nil {
+					select {
+					case <-conn.Context().Done():
+					case <-dctx.Done():
+					}
+					conn.CloseWithError(0, "")
+				}
+				dcancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-received; err != nil {
+		t.Fatalf("the legitimate peer's messages during the flood: %v", err)
+	}
+	if longest > time.Second {
+		t.Fatalf("a legitimate message waited %v during the flood", longest)
+	}
+	t.Logf("longest gap between legitimate messages during %d handshakes: %v", dialers*each, longest)
+	a.Close()
+	log := logs.String()
+	if n := strings.Count(log, `"level":"warn"`); n > 2*(floodlogTotal+1) {
+		t.Fatalf("%d warnings for a flood of %d handshakes:\n%s", n, dialers*each, log)
+	}
+	if !strings.Contains(log, "refused: client certificate not issued by this cluster") || !strings.Contains(log, "without logging each") {
+		t.Fatalf("the log does not show the refusals and their summary:\n%s", log)
+	}
+}
+
+// floodlogTotal is the refusal log's default number of lines per window.
+const floodlogTotal = 4

@@ -8,11 +8,24 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
+)
+
+// Bounds on unauthenticated clients. At most maxHandshakes handshakes
+// compute at once (handshakeConn), so that a burst of them cannot take
+// every core from the heartbeats; at most maxPending connections are
+// accepted and not yet authenticated, and more are closed at once, so
+// that a flood costs bounded memory. Legitimate bursts (every member of a
+// large view opening its streams) fit.
+const (
+	maxHandshakes = 32
+	maxPending    = 1024
 )
 
 // acceptLoop accepts connections until Close, each served in its own
@@ -27,7 +40,7 @@ func (t *Transport) acceptLoop() {
 			}
 			// Out of file descriptors and the like: wait and retry.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+			t.flood.Refused(t.Addr(), "accept failed").Err(err).Dur("retry_in", backoff).Send()
 			select {
 			case <-time.After(backoff):
 			case <-t.ctx.Done():
@@ -36,7 +49,18 @@ func (t *Transport) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		t.wg.Go(func() { t.serve(c) })
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			c.Close()
+			t.flood.Refused(c.RemoteAddr().String(), "refused: too many connections are awaiting their handshake").
+				Int("max_pending", maxPending).Send()
+			continue
+		}
+		t.wg.Go(func() {
+			defer func() { <-t.pending }()
+			t.serve(c)
+		})
 	}
 }
 
@@ -47,7 +71,11 @@ func (t *Transport) acceptLoop() {
 func (t *Transport) serve(c net.Conn) {
 	tune(c)
 	remote := c.RemoteAddr().String()
-	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
+	c.SetDeadline(deadline)
+	hc := &handshakeConn{Conn: c, slots: t.handshaking, deadline: deadline, closed: t.ctx.Done()}
+	defer hc.finish()
+	c = hc
 	// Close interrupts a handshake in progress with a past deadline.
 	stop := context.AfterFunc(t.ctx, func() { c.SetDeadline(longAgo) })
 	var (
@@ -58,7 +86,7 @@ func (t *Transport) serve(c net.Conn) {
 	)
 	if t.cfg.Insecure {
 		if err = readPreamble(c); err != nil {
-			t.log.Warn().Str("remote", remote).Err(err).Msg("refused: not a Gyre client")
+			t.flood.Refused(remote, "refused: not a Gyre client").Err(err).Send()
 		}
 		in, ack = newPlainIn(c), c
 	} else {
@@ -74,6 +102,7 @@ func (t *Transport) serve(c net.Conn) {
 		return // closed
 	}
 	c.SetDeadline(time.Time{})
+	hc.finish()
 	if err != nil {
 		c.Close()
 		return
@@ -92,8 +121,8 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	cfg := t.cfg.Identity.ServerTLS(func(claimed string, err error) {
 		refused = true
 		t.refusals.Add(remote, claimed, err)
-		t.log.Warn().Str("remote", remote).Str("claims", claimed).Err(err).
-			Msg("refused: client certificate not issued by this cluster's CA: the cluster secrets differ")
+		t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ").
+			Str("claims", claimed).Err(err).Send()
 	}, ALPN)
 	// Nothing may travel server to client after the acknowledgement: the
 	// dialer never reads again, and unread bytes at close make its kernel
@@ -105,13 +134,13 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	// than an unexplained close.
 	var first [1]byte
 	if _, err := io.ReadFull(c, first[:]); err != nil {
-		t.log.Warn().Str("remote", remote).Err(err).Msg("refused: no TLS handshake")
+		t.flood.Refused(remote, "refused: no TLS handshake").Err(err).Send()
 		return nil, "", err
 	}
 	if first[0] == plainPreamble[0] {
 		if err := readPreamble(io.MultiReader(bytes.NewReader(first[:]), c)); err == nil {
 			c.Write([]byte{nackByte})
-			t.log.Warn().Str("remote", remote).Msg("refused: insecure client; this transport requires TLS")
+			t.flood.Refused(remote, "refused: insecure client; this transport requires TLS").Send()
 			return nil, "", errInsecureClient
 		}
 	}
@@ -126,7 +155,7 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	}
 	if err != nil {
 		if !refused {
-			t.log.Warn().Str("remote", remote).Err(err).Msg("refused: TLS handshake failed")
+			t.flood.Refused(remote, "refused: TLS handshake failed").Err(err).Send()
 			if distrusted(err) {
 				t.refusals.Add(remote, "", fmt.Errorf("the client does not trust this worker's certificate: %w", err))
 			}
@@ -182,4 +211,60 @@ func distrusted(err error) bool {
 	}
 	s := err.Error()
 	return strings.Contains(s, "remote error: tls: bad certificate") || strings.Contains(s, "remote error: tls: unknown certificate authority")
+}
+
+// handshakeConn is an incoming connection during its handshake. The
+// handshake holds one of the transport's handshake slots while it
+// computes, from the moment a read returns until the next read, and none
+// while it waits for the client: a burst of handshakes takes at most
+// maxHandshakes goroutines' worth of CPU, and a silent or slow client
+// holds no slot. After finish it is a plain connection.
+type handshakeConn struct {
+	net.Conn
+	slots    chan struct{}
+	deadline time.Time
+	closed   <-chan struct{}
+	held     bool        // touched only by the serving goroutine, before finish
+	plain    atomic.Bool // finished: no slots
+}
+
+func (h *handshakeConn) Read(p []byte) (int, error) {
+	if h.plain.Load() {
+		return h.Conn.Read(p)
+	}
+	h.release()
+	n, err := h.Conn.Read(p)
+	if err != nil {
+		return n, err
+	}
+	return n, h.acquire()
+}
+
+// acquire waits for a slot until the handshake's deadline.
+func (h *handshakeConn) acquire() error {
+	wait := time.NewTimer(time.Until(h.deadline))
+	defer wait.Stop()
+	select {
+	case h.slots <- struct{}{}:
+		h.held = true
+		return nil
+	case <-wait.C:
+		return fmt.Errorf("no handshake slot came free before the deadline (%d compute at once): %w", maxHandshakes, os.ErrDeadlineExceeded)
+	case <-h.closed:
+		return net.ErrClosed
+	}
+}
+
+func (h *handshakeConn) release() {
+	if h.held {
+		h.held = false
+		<-h.slots
+	}
+}
+
+// finish releases the slot and makes the connection a plain one. It is
+// idempotent, and called by the serving goroutine only.
+func (h *handshakeConn) finish() {
+	h.release()
+	h.plain.Store(true)
 }

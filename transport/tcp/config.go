@@ -43,6 +43,10 @@ type Config struct {
 	// server's acknowledgement) and the time an incoming connection may
 	// take to complete its handshake. Default 10s.
 	HandshakeTimeout time.Duration
+
+	// logEveryRefusal turns off the refusal log's rate limit, for tests
+	// that read every refusal.
+	logEveryRefusal bool
 }
 
 func (c Config) withDefaults() Config {

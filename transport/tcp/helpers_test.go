@@ -14,7 +14,7 @@ import (
 // the test.
 func newNode(tb testing.TB, ca *secret.CA, id string, adjust func(*Config)) *Transport {
 	tb.Helper()
-	cfg := Config{ID: transport.PeerID(id), Listen: "127.0.0.1:0", Logger: transporttest.Logger(tb)}
+	cfg := Config{ID: transport.PeerID(id), Listen: "127.0.0.1:0", Logger: transporttest.Logger(tb), logEveryRefusal: true}
 	if ca != nil {
 		cfg.Identity = transporttest.Issue(tb, ca, id)
 	} else {

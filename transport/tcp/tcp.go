@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/refusals"
@@ -18,12 +19,17 @@ import (
 // Transport is the TCP transport. It implements transport.Transport,
 // transport.Listener and transport.Dropper, and is safe for concurrent use.
 type Transport struct {
-	cfg       Config
-	log       zerolog.Logger
-	core      *streams.Transport
-	refusals  refusals.Log // inbound connections refused by the certificate check
-	ln        net.Listener
-	clientTLS *tls.Config // nil when insecure
+	cfg      Config
+	log      zerolog.Logger
+	core     *streams.Transport
+	refusals refusals.Log  // inbound connections refused by the certificate check
+	flood    *floodlog.Log // the log of refused connections, rate-limited
+	ln       net.Listener
+	// pending holds a token per accepted connection not yet handed to the
+	// core, handshaking holds one per handshake under way: both bound what
+	// unauthenticated clients can make this process spend.
+	pending, handshaking chan struct{}
+	clientTLS            *tls.Config // nil when insecure
 
 	ctx    context.Context // cancelled by Close; aborts handshakes
 	cancel context.CancelFunc
@@ -47,7 +53,8 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With().Str("transport", "tcp").Str("id", string(cfg.ID)).Logger()
-	t := &Transport{cfg: cfg, log: log}
+	t := &Transport{cfg: cfg, log: log, pending: make(chan struct{}, maxPending), handshaking: make(chan struct{}, maxHandshakes),
+		flood: floodlog.New(floodlog.Config{Logger: log, What: "connections to the data port", Every: cfg.logEveryRefusal})}
 	if cfg.Insecure {
 		log.Warn().Msg("insecure: plain TCP, peers are neither authenticated nor encrypted")
 	} else {
@@ -123,6 +130,7 @@ func (t *Transport) Close() error {
 		err = t.ln.Close()
 		t.core.Close()
 		t.wg.Wait()
+		t.flood.Close()
 		t.log.Debug().Msg("closed")
 	})
 	return err

@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -721,3 +725,114 @@ func TestRefusalsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestFloodIsBounded: silent connections past maxPending are closed at
+// once, and a burst of handshakes with another cluster's certificate is
+// refused while a legitimate pair keeps exchanging, with a handful of log
+// lines for the whole flood.
+func TestFloodIsBounded(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	ca := transporttest.NewCA(t)
+	var serverLog transporttest.LogBuffer
+	a := newNode(t, ca, "a", func(c *Config) {
+		c.HandshakeTimeout = 2 * time.Second
+		c.Logger = zerolog.New(&serverLog)
+		c.logEveryRefusal = false
+	})
+	b := newNode(t, ca, "b", nil)
+	if err := b.Connect(ctx, "a", a.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	traffic := make(chan error, 1)
+	go func() {
+		rounds := 0
+		for {
+			select {
+			case <-stop:
+				if rounds == 0 {
+					traffic <- errors.New("no round completed")
+					return
+				}
+				traffic <- nil
+				return
+			default:
+			}
+			if err := exchangeErr(ctx, b, a, "b", "a", 2, 4096, uint64(rounds)); err != nil {
+				traffic <- fmt.Errorf("round %d: %w", rounds, err)
+				return
+			}
+			rounds++
+		}
+	}()
+
+	const silent = maxPending + 300
+	var conns []net.Conn
+	for range silent {
+		c, err := net.Dial("tcp", a.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var closed atomic.Int64
+	var readers sync.WaitGroup
+	for _, c := range conns {
+		readers.Go(func() {
+			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+				closed.Add(1)
+			}
+		})
+	}
+	readers.Wait()
+	for _, c := range conns {
+		c.Close()
+	}
+	if n := closed.Load(); n < 250 || n > 300 {
+		t.Fatalf("%d of %d silent connections were closed at once, want the %d past maxPending", n, silent, silent-maxPending)
+	}
+
+	other := transporttest.Issue(t, transporttest.NewCA(t), "intruder").ClientTLS(ALPN)
+	other.InsecureSkipVerify = true
+	other.RootCAs = nil
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 100 {
+				c, err := net.Dial("tcp", a.Addr())
+				if err != nil {
+					continue
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				tls.Client(c, other).Handshake()
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-traffic; err != nil {
+		t.Fatalf("legitimate traffic during the flood: %v", err)
+	}
+	a.Close()
+	log := serverLog.String()
+	if n := strings.Count(log, `"level":"warn"`); n > 2*(floodlogTotal+1) {
+		t.Fatalf("%d warnings for a flood of %d connections:\n%s", n, silent+1600, log)
+	}
+	// Every refusal is logged or counted: the summary holds the 1600
+	// handshakes with the wrong certificate, past the first few lines.
+	m := regexp.MustCompile(`"refused":(\d+)`).FindStringSubmatch(log)
+	if m == nil || !strings.Contains(log, "refused: too many connections are awaiting their handshake") {
+		t.Fatalf("the log does not show the refusals and their summary:\n%s", log)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 1600 {
+		t.Fatalf("the summary counts %d refusals, want the 1600 handshakes at least:\n%s", n, log)
+	}
+}
+
+// floodlogTotal is the refusal log's default number of lines per window.
+const floodlogTotal = 4
