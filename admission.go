@@ -331,7 +331,7 @@ func (a *admissions) poll(now time.Time) {
 			f.Forget(id) // a joiner that went away: release what the transport keeps for it
 		}
 		if !live[id] {
-			a.log.Info().Str("joiner", string(id)).Msg("a pending joiner left gossip before it was admitted")
+			a.noteGone(id, h.link.addr)
 		}
 	}
 	for id, addr := range pending {
@@ -346,6 +346,24 @@ func (a *admissions) poll(now time.Time) {
 				Msg("a pending joiner is not admitted: " + l.missing())
 		}
 	}
+}
+
+// noteGone logs a pending joiner that gossip no longer lists live: one
+// that left says so, and one declared dead was most often never reachable
+// at its gossip address (a wrong --advertise) or stopped.
+func (a *admissions) noteGone(id transport.PeerID, addr string) {
+	for _, m := range a.node.All() {
+		if transport.PeerID(m.Name) != id {
+			continue
+		}
+		if m.State == membership.Dead {
+			a.log.Warn().Str("joiner", string(id)).Str("gossip_addr", m.Addr).Str("addr", addr).
+				Msg("gossip declared a pending joiner dead before it was admitted: it stopped, or this worker cannot reach its gossip address (check its --advertise and firewalls)")
+			return
+		}
+		break
+	}
+	a.log.Info().Str("joiner", string(id)).Msg("a pending joiner left before it was admitted")
 }
 
 // startLocked starts the handshake with joiner id at addr, after prev, the
@@ -527,9 +545,11 @@ type memberShake struct {
 	addr     string
 	dialled  bool
 	accepted bool
-	lastErr  error
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// dialErr is why the last dial failed (nil: it did not); lastErr the
+	// last failure to send or receive.
+	dialErr, lastErr error
+	cancel           context.CancelFunc
+	done             chan struct{}
 }
 
 func startHandshakes(t transport.Transport, req joinRequest, log zerolog.Logger) *handshakes {
@@ -584,27 +604,38 @@ func (h *handshakes) refused() error {
 
 // note logs the members that have not accepted this joiner, and why.
 func (h *handshakes) note(pendingFor time.Duration) {
+	msg, stuck, accepted, known := h.status()
+	ev := h.log.Info()
+	if stuck {
+		ev = h.log.Warn()
+	}
+	ev.Dur("pending_for", pendingFor.Round(time.Second)).Int("accepted_by", accepted).Int("members_known", known).Msg(msg)
+}
+
+// status says why this joiner is still pending; stuck says some member
+// has not accepted it.
+func (h *handshakes) status() (msg string, stuck bool, accepted, known int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var unreachable, silent, accepted []string
+	var unreachable, silent []string
 	for id, l := range h.links {
 		switch {
 		case l.accepted:
-			accepted = append(accepted, string(id))
-		case !l.dialled && l.lastErr != nil:
-			unreachable = append(unreachable, fmt.Sprintf("%s at %s (%v)", id, l.addr, l.lastErr))
+			accepted++
+		case l.dialErr != nil:
+			unreachable = append(unreachable, fmt.Sprintf("%s at %s (%v)", id, l.addr, l.dialErr))
+		case l.lastErr != nil:
+			silent = append(silent, fmt.Sprintf("%s at %s (last: %v)", id, l.addr, l.lastErr))
 		default:
 			silent = append(silent, fmt.Sprintf("%s at %s", id, l.addr))
 		}
 	}
 	slices.Sort(unreachable)
 	slices.Sort(silent)
-	ev := h.log.Warn()
-	if len(unreachable) == 0 && len(silent) == 0 {
-		ev = h.log.Info()
+	if len(h.links) == 0 {
+		return "still pending: gossip lists no member of the job yet (is the job over?)", true, 0, 0
 	}
-	ev.Dur("pending_for", pendingFor.Round(time.Second)).Int("accepted_by", len(accepted)).Int("members_known", len(h.links)).
-		Msg(pendingMessage(h.req.Addr, unreachable, silent))
+	return pendingMessage(h.req.Addr, unreachable, silent), len(unreachable)+len(silent) > 0, accepted, len(h.links)
 }
 
 // pendingMessage says why a joiner is still pending.
@@ -614,7 +645,7 @@ func pendingMessage(self string, unreachable, silent []string) string {
 		parts = append(parts, "this worker cannot reach member(s) "+strings.Join(unreachable, "; "))
 	}
 	if len(silent) > 0 {
-		parts = append(parts, fmt.Sprintf("member(s) %s have not answered its admission request: they cannot reach this worker's data address %s (check --advertise, --data-addr and firewalls), or their gossip has not seen it yet",
+		parts = append(parts, fmt.Sprintf("member(s) %s have not answered its admission request: they cannot reach this worker's data address %s, or its gossip address (check --advertise, --data-addr and firewalls), or their gossip has not seen it yet",
 			strings.Join(silent, ", "), self))
 	}
 	if len(parts) == 0 {
@@ -681,13 +712,13 @@ func (h *handshakes) send(ctx context.Context, id transport.PeerID, l *memberSha
 	h.mu.Lock()
 	dialled := l.dialled
 	h.mu.Unlock()
-	var err error
+	var dialErr, err error
 	if !dialled {
 		cctx, cancel := context.WithTimeout(ctx, connectAttempt)
-		err = h.t.Connect(cctx, id, l.addr)
+		dialErr = h.t.Connect(cctx, id, l.addr)
 		cancel()
 	}
-	if err == nil {
+	if dialErr == nil {
 		sctx, cancel := context.WithTimeout(ctx, connectAttempt)
 		err = sendJoin(sctx, h.t, id, flagJoinRequest, h.req)
 		cancel()
@@ -697,11 +728,14 @@ func (h *handshakes) send(ctx context.Context, id transport.PeerID, l *memberSha
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	l.dialled = err == nil
+	if !dialled {
+		l.dialErr = dialErr
+	}
+	l.dialled = dialErr == nil && err == nil
 	if err != nil {
 		l.lastErr = err
 	}
-	return err
+	return errors.Join(dialErr, err)
 }
 
 // replyEvent is one reply heard, or why none could be.

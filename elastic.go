@@ -547,7 +547,12 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 			}
 		case <-tick.C:
 		case <-ctx.Done():
-			return welcome{}, fmt.Errorf("gyre: pending: no boundary admitted this worker (is MaxWorkers reached, or the job over?): %w", ctx.Err())
+			msg, _, _, _ := hs.status()
+			when := fmt.Sprintf("before Join gave up (JoinTimeout %v, --join-timeout)", w.cfg.JoinTimeout)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				when = "before Join was cancelled"
+			}
+			return welcome{}, fmt.Errorf("gyre: no boundary admitted this worker %s; %s: %w", when, msg, ctx.Err())
 		}
 	}
 	for _, wel := range got {
