@@ -18,6 +18,9 @@ gyre="$dir/gyre"
 model="--iters 1000000 --target-acc 0 --hidden 16 --batch 48"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 for run in $(seq "$runs"); do
+  # The last run's logs go first: a background job's redirection may
+  # truncate its file after the loops below have looked at the old one.
+  rm -f "$dir/job.err" "$dir/joiner.err"
   # shellcheck disable=SC2086
   "$gyre" --log-format json launch -n 4 --key-file "$dir/cluster.key" -- train $model >"$dir/job.out" 2>"$dir/job.err" &
   job=$!
