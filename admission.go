@@ -396,14 +396,8 @@ func (a *admissions) event(h *joinerHandshake, f func(*joinerLink)) joinerLink {
 // shake runs the member's side of the handshake with joiner id until ctx
 // ends: dial it, hear its requests, judge them, answer.
 func (a *admissions) shake(ctx context.Context, id transport.PeerID, h *joinerHandshake) {
-	requests := make(chan requestEvent)
-	var rwg sync.WaitGroup
-	rwg.Add(1)
-	go func() {
-		defer rwg.Done()
-		a.receive(ctx, id, requests)
-	}()
-	defer rwg.Wait()
+	requests, wait := listening[joinRequest](ctx, a.t, id, maxJoinRequest, flagJoinRequest)
+	defer wait()
 	redial := time.NewTicker(redialEvery)
 	defer redial.Stop()
 	link := a.event(h, func(*joinerLink) {})
@@ -427,15 +421,15 @@ func (a *admissions) shake(ctx context.Context, id transport.PeerID, h *joinerHa
 		}
 		select {
 		case ev := <-requests:
-			if ev.err != nil {
+			m := badRequest(ev.err)
+			if ev.err != nil && m == nil {
 				// The joiner's streams broke: its sends fail, and it dials
 				// again and sends new requests.
 				link = a.event(h, func(l *joinerLink) { l.onRecvBroken(ev.err) })
 				continue
 			}
-			m := ev.bad
 			if m == nil {
-				m = a.judge(ev.req, link.addr)
+				m = a.judge(ev.msg, link.addr)
 			}
 			link = a.event(h, func(l *joinerLink) { l.onRequest(m) })
 			if m != nil && !refusalLogged {
@@ -462,32 +456,23 @@ func (a *admissions) judge(req joinRequest, addr string) *misfit {
 	return misfitOf(a.fit, req.Fit)
 }
 
-// requestEvent is one request heard, or a message that was no request
-// (bad), or why none could be heard (err).
-type requestEvent struct {
-	req joinRequest
-	bad *misfit
+// heard is one handshake message received (msg), or why none was (err).
+type heard[M any] struct {
+	msg M
 	err error
 }
 
-// receive hears joiner id's requests until ctx ends, passing each on, and
-// each failure, after which it listens again a little later.
-func (a *admissions) receive(ctx context.Context, id transport.PeerID, out chan<- requestEvent) {
-	buf := make([]byte, maxJoinRequest)
+// listen receives peer's handshake messages of kind flag (M) on ChanJoin
+// until ctx ends, passing each on, and each failure, after which it
+// listens again a little later. It is the one receiver of peer's ChanJoin
+// messages while it runs.
+func listen[M any](ctx context.Context, t transport.Transport, peer transport.PeerID, size int, flag uint8, out chan<- heard[M]) {
+	buf := make([]byte, size)
 	for {
-		var ev requestEvent
-		err := recvJoin(ctx, a.t, id, buf, flagJoinRequest, &ev.req)
+		var ev heard[M]
+		ev.err = recvJoin(ctx, t, peer, buf, flag, &ev.msg)
 		if ctx.Err() != nil {
 			return
-		}
-		var bad *badMessageError
-		switch {
-		case errors.Is(err, wire.ErrShortBuffer):
-			ev.bad = &misfit{What: "its admission request", Joiner: "too long", Job: fmt.Sprintf("at most %d bytes", maxJoinRequest)}
-		case errors.As(err, &bad):
-			ev.bad = &misfit{What: "its admission request", Joiner: "unreadable (" + bad.Error() + ")", Job: fmt.Sprintf("version %d", joinVersion)}
-		case err != nil:
-			ev.err = err
 		}
 		select {
 		case out <- ev:
@@ -502,6 +487,31 @@ func (a *admissions) receive(ctx context.Context, id transport.PeerID, out chan<
 			}
 		}
 	}
+}
+
+// listening runs listen in a goroutine and returns its channel and a
+// function that waits for it to end once ctx has.
+func listening[M any](ctx context.Context, t transport.Transport, peer transport.PeerID, size int, flag uint8) (<-chan heard[M], func()) {
+	out := make(chan heard[M])
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		listen(ctx, t, peer, size, flag, out)
+	}()
+	return out, func() { <-done }
+}
+
+// badRequest returns the misfit of a message that arrived whole but was
+// no request this member can read, or nil for other failures.
+func badRequest(err error) *misfit {
+	var bad *badMessageError
+	switch {
+	case errors.Is(err, wire.ErrShortBuffer):
+		return &misfit{What: "its admission request", Joiner: "too long", Job: fmt.Sprintf("at most %d bytes", maxJoinRequest)}
+	case errors.As(err, &bad):
+		return &misfit{What: "its admission request", Joiner: "unreadable (" + bad.Error() + ")", Job: fmt.Sprintf("version %d", joinVersion)}
+	}
+	return nil
 }
 
 // gossipWorker is a worker of this job as gossip lists it.
@@ -664,14 +674,8 @@ func (h *handshakes) close() {
 // ends or the member refuses: dial it and send the request, again every
 // joinResend, and hear its replies.
 func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberShake) {
-	replies := make(chan replyEvent)
-	var rwg sync.WaitGroup
-	rwg.Add(1)
-	go func() {
-		defer rwg.Done()
-		h.receive(ctx, id, replies)
-	}()
-	defer rwg.Wait()
+	replies, wait := listening[joinReply](ctx, h.t, id, maxJoinReply, flagJoinReply)
+	defer wait()
 	send := time.NewTimer(0)
 	defer send.Stop()
 	for {
@@ -687,10 +691,10 @@ func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberSh
 			switch {
 			case ev.err != nil:
 				l.accepted, l.lastErr = false, ev.err
-			case ev.reply.Accepted:
+			case ev.msg.Accepted:
 				l.accepted = true
 			default:
-				m := ev.reply.Misfit
+				m := ev.msg.Misfit
 				if m == nil {
 					m = &misfit{What: "something", Joiner: "(unnamed)", Job: "(unnamed)"}
 				}
@@ -736,34 +740,4 @@ func (h *handshakes) send(ctx context.Context, id transport.PeerID, l *memberSha
 		l.lastErr = err
 	}
 	return errors.Join(dialErr, err)
-}
-
-// replyEvent is one reply heard, or why none could be.
-type replyEvent struct {
-	reply joinReply
-	err   error
-}
-
-// receive hears member id's replies until ctx ends, passing each on.
-func (h *handshakes) receive(ctx context.Context, id transport.PeerID, out chan<- replyEvent) {
-	buf := make([]byte, maxJoinReply)
-	for {
-		var ev replyEvent
-		ev.err = recvJoin(ctx, h.t, id, buf, flagJoinReply, &ev.reply)
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case out <- ev:
-		case <-ctx.Done():
-			return
-		}
-		if ev.err != nil {
-			select {
-			case <-time.After(redialEvery):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
 }

@@ -19,8 +19,8 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/gyre-ml/gyre/gyretest"
-	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport/quic"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 // The flood test: a training job's data port and gossip port take 10,000
@@ -114,20 +114,7 @@ func testFlood(t *testing.T, tr string) {
 // cluster that skips checking the server, so that the server's own check
 // refuses it.
 func intruderTLS(t *testing.T) *tls.Config {
-	t.Helper()
-	sec, err := secret.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := sec.CA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := ca.Issue("intruder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := id.ClientTLS(quic.ALPN)
+	c := transporttest.Issue(t, transporttest.NewCA(t), "intruder").ClientTLS(quic.ALPN)
 	c.InsecureSkipVerify = true
 	return c
 }

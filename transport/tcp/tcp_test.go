@@ -305,31 +305,17 @@ func TestCancelMidMessageBreaksStream(t *testing.T) {
 	raw.closedByPeer(t)
 }
 
-func TestHostileConnections(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	ca := transporttest.NewCA(t)
-	var serverLog transporttest.LogBuffer
-	const handshake = time.Second
-	a := newNode(t, ca, "a", func(c *Config) {
-		c.HandshakeTimeout = handshake
-		c.Logger = zerolog.New(&serverLog)
-	})
-	b := newNode(t, ca, "b", nil)
-	if err := b.Connect(ctx, "a", a.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
-		t.Fatal(err)
-	}
-
-	// Legitimate traffic both ways for the whole test.
-	stop := make(chan struct{})
+// keepExchanging exchanges messages between a and b, both ways, until the
+// function it returns is called; that returns the first failure, or an
+// error if no round completed.
+func keepExchanging(ctx context.Context, a, b *Transport) (stop func() error) {
+	done := make(chan struct{})
 	traffic := make(chan error, 1)
 	go func() {
 		rounds := 0
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				if rounds == 0 {
 					traffic <- errors.New("no round completed")
 					return
@@ -349,6 +335,31 @@ func TestHostileConnections(t *testing.T) {
 			rounds++
 		}
 	}()
+	return func() error {
+		close(done)
+		return <-traffic
+	}
+}
+
+func TestHostileConnections(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	ca := transporttest.NewCA(t)
+	var serverLog transporttest.LogBuffer
+	const handshake = time.Second
+	a := newNode(t, ca, "a", func(c *Config) {
+		c.HandshakeTimeout = handshake
+		c.Logger = zerolog.New(&serverLog)
+	})
+	b := newNode(t, ca, "b", nil)
+	if err := b.Connect(ctx, "a", a.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Legitimate traffic both ways for the whole test.
+	stopTraffic := keepExchanging(ctx, a, b)
 
 	dial := func() net.Conn {
 		c, err := net.DialTimeout("tcp", a.Addr(), 5*time.Second)
@@ -384,8 +395,7 @@ func TestHostileConnections(t *testing.T) {
 			t.Fatalf("silent connection not closed after the handshake timeout: %v", err)
 		}
 	}
-	close(stop)
-	if err := <-traffic; err != nil {
+	if err := stopTraffic(); err != nil {
 		t.Fatalf("legitimate traffic during the attack: %v", err)
 	}
 	serverLog.Wait(t, "refused: TLS handshake failed", "first record does not look like a TLS handshake", "i/o timeout")
@@ -746,28 +756,7 @@ func TestFloodIsBounded(t *testing.T) {
 	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	traffic := make(chan error, 1)
-	go func() {
-		rounds := 0
-		for {
-			select {
-			case <-stop:
-				if rounds == 0 {
-					traffic <- errors.New("no round completed")
-					return
-				}
-				traffic <- nil
-				return
-			default:
-			}
-			if err := exchangeErr(ctx, b, a, "b", "a", 2, 4096, uint64(rounds)); err != nil {
-				traffic <- fmt.Errorf("round %d: %w", rounds, err)
-				return
-			}
-			rounds++
-		}
-	}()
+	stopTraffic := keepExchanging(ctx, a, b)
 
 	const silent = maxPending + 300
 	var conns []net.Conn
@@ -814,8 +803,7 @@ func TestFloodIsBounded(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	if err := <-traffic; err != nil {
+	if err := stopTraffic(); err != nil {
 		t.Fatalf("legitimate traffic during the flood: %v", err)
 	}
 	a.Close()
