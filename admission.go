@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -61,11 +60,14 @@ type joinRequest struct {
 	Fit     fitting
 }
 
-// joinReply is a member's answer: accepted, or why not.
+// joinReply is a member's answer: accepted, or why not. Resend asks for
+// the request instead: a member whose handshake began afresh has not
+// heard it.
 type joinReply struct {
 	Version  int
 	Accepted bool
 	Misfit   *misfit
+	Resend   bool
 }
 
 // sendJoin sends v as a handshake message with flag to peer.
@@ -117,17 +119,39 @@ type joinerLink struct {
 	// answered: an answer to the joiner's requests went out since it was
 	// last heard afresh; owed: a request heard since has no answer yet.
 	answered, owed bool
-	// lastErr is the last dial, send or receive failure.
+	// lastErr is the last dial, send or receive failure, until the next
+	// dial that succeeds.
 	lastErr error
 	// since is when this member first saw the joiner pending; noted when
-	// it last logged the handshake.
-	since, noted time.Time
+	// it last logged the handshake; nudged when it last asked for the
+	// request.
+	since, noted, nudged time.Time
 }
 
 func (l *joinerLink) onDial(err error) {
-	l.dialled = err == nil
+	l.dialled, l.lastErr = err == nil, err
 	if err != nil {
-		l.answered, l.lastErr = false, err
+		l.answered = false
+	}
+}
+
+// nudgeDue says the member should ask for the request: it can send, and
+// has heard nothing for joinResend since the handshake began or it last
+// asked.
+func (l *joinerLink) nudgeDue(now time.Time) bool {
+	last := l.since
+	if l.nudged.After(last) {
+		last = l.nudged
+	}
+	return l.dialled && !l.heard && now.Sub(last) >= joinResend
+}
+
+// onNudge records a request for the request; a failed send has dropped
+// the link.
+func (l *joinerLink) onNudge(now time.Time, err error) {
+	l.nudged = now
+	if err != nil {
+		l.dialled, l.answered, l.lastErr = false, false, err
 	}
 }
 
@@ -203,10 +227,13 @@ type admissions struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu       sync.Mutex
-	members  map[transport.PeerID]bool   // the current view: not joiners
-	departed map[transport.PeerID]string // members that left, at these addresses: not joiners either
-	links    map[transport.PeerID]*joinerHandshake
+	mu      sync.Mutex
+	members map[transport.PeerID]bool // the current view: not joiners
+	links   map[transport.PeerID]*joinerHandshake
+	// ending holds handshakes stopped but maybe not yet ended, so that the
+	// next one with the same joiner waits for them: one receive at a time
+	// per peer and channel.
+	ending map[transport.PeerID]*joinerHandshake
 }
 
 // joinerHandshake is the goroutine of one joinerLink.
@@ -216,23 +243,26 @@ type joinerHandshake struct {
 	done   chan struct{}
 }
 
-// startAdmissions starts the member's side of the handshake.
+// startAdmissions starts the member's side of the handshake, for a
+// worker in a view of members.
 func startAdmissions(t transport.Transport, node *membership.Node, job string, self transport.PeerID, fit fitting,
-	log zerolog.Logger) *admissions {
+	members []member, log zerolog.Logger) *admissions {
 	a := &admissions{t: t, node: node, job: job, self: self, fit: fit, log: log,
-		members: map[transport.PeerID]bool{}, departed: map[transport.PeerID]string{},
-		links: map[transport.PeerID]*joinerHandshake{}}
+		members: map[transport.PeerID]bool{}, links: map[transport.PeerID]*joinerHandshake{},
+		ending: map[transport.PeerID]*joinerHandshake{}}
+	for _, m := range members {
+		a.members[m.ID] = true
+	}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.wg.Add(1)
 	go a.run()
 	return a
 }
 
-// setView tells the handshake who is a member, and which departed members
-// gossip may still list with their old metadata: neither is a joiner. It
-// ends the handshakes with joiners that are now members and waits for
-// them, so that none touches a member's links after it was admitted.
-func (a *admissions) setView(members []member, departed map[transport.PeerID]string) {
+// setView tells the handshake who is a member: not a joiner. It ends the
+// handshakes with joiners that are now members and waits for them, so
+// that none touches a member's links after it was admitted.
+func (a *admissions) setView(members []member) {
 	if a == nil {
 		return
 	}
@@ -242,16 +272,35 @@ func (a *admissions) setView(members []member, departed map[transport.PeerID]str
 	for _, m := range members {
 		a.members[m.ID] = true
 		if h := a.links[m.ID]; h != nil {
-			h.cancel()
-			delete(a.links, m.ID)
-			ended = append(ended, h)
+			ended = append(ended, a.stopLocked(m.ID, h))
 		}
 	}
-	a.departed = maps.Clone(departed)
 	a.mu.Unlock()
 	for _, h := range ended {
 		<-h.done
 	}
+}
+
+// reset ends the handshake with id, if any, so that the next look at
+// gossip begins it afresh: the transport forgot id, and what the
+// handshake proved went with it.
+func (a *admissions) reset(id transport.PeerID) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if h := a.links[id]; h != nil {
+		a.stopLocked(id, h)
+	}
+}
+
+// stopLocked stops h, the handshake with id, and returns it.
+func (a *admissions) stopLocked(id transport.PeerID, h *joinerHandshake) *joinerHandshake {
+	h.cancel()
+	delete(a.links, id)
+	a.ending[id] = h
+	return h
 }
 
 // ready returns the joiners this member may list: those whose handshake
@@ -314,21 +363,22 @@ func (a *admissions) poll(now time.Time) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id, addr := range pending {
-		if a.members[id] || a.departed[id] == addr {
+	for id := range pending {
+		if a.members[id] {
 			delete(pending, id)
 		}
 	}
-	stopped := map[transport.PeerID]*joinerHandshake{}
 	for id, h := range a.links {
-		if addr, ok := pending[id]; ok && addr == h.link.addr {
+		addr, ok := pending[id]
+		if ok && addr == h.link.addr {
 			continue
 		}
-		h.cancel()
-		delete(a.links, id)
-		stopped[id] = h
-		if f, ok := a.t.(transport.Forgetter); ok && !live[id] && !a.members[id] {
-			f.Forget(id) // a joiner that went away: release what the transport keeps for it
+		a.stopLocked(id, h)
+		// A joiner gone from gossip, or back at another address: the
+		// transport's links to it lead nowhere, and a Connect would
+		// return them.
+		if f, isF := a.t.(transport.Forgetter); isF && !a.members[id] {
+			f.Forget(id)
 		}
 		if !live[id] {
 			a.noteGone(id, h.link.addr)
@@ -337,7 +387,7 @@ func (a *admissions) poll(now time.Time) {
 	for id, addr := range pending {
 		h := a.links[id]
 		if h == nil {
-			a.startLocked(id, addr, now, stopped[id])
+			a.startLocked(id, addr, now)
 			continue
 		}
 		if l := &h.link; !l.listable() && now.Sub(l.since) >= handshakeNote && now.Sub(l.noted) >= handshakeNote {
@@ -366,17 +416,24 @@ func (a *admissions) noteGone(id transport.PeerID, addr string) {
 	a.log.Info().Str("joiner", string(id)).Msg("a pending joiner left before it was admitted")
 }
 
-// startLocked starts the handshake with joiner id at addr, after prev, the
-// last one with id if it is still ending, has ended (one receive at a
-// time per peer and channel).
-func (a *admissions) startLocked(id transport.PeerID, addr string, now time.Time, prev *joinerHandshake) {
+// startLocked starts the handshake with joiner id at addr, once the last
+// one with id, if it is still ending, has ended.
+func (a *admissions) startLocked(id transport.PeerID, addr string, now time.Time) {
+	prev := a.ending[id]
 	ctx, cancel := context.WithCancel(a.ctx)
 	h := &joinerHandshake{link: joinerLink{addr: addr, since: now, noted: now}, cancel: cancel, done: make(chan struct{})}
 	a.links[id] = h
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		defer close(h.done)
+		defer func() {
+			a.mu.Lock()
+			if a.ending[id] == h {
+				delete(a.ending, id)
+			}
+			a.mu.Unlock()
+			close(h.done)
+		}()
 		if prev != nil {
 			<-prev.done
 		}
@@ -438,7 +495,13 @@ func (a *admissions) shake(ctx context.Context, id transport.PeerID, h *joinerHa
 					Str("joiner_value", m.Joiner).Str("job_value", m.Job).
 					Msg("refused a joiner that does not fit the job: " + m.member())
 			}
-		case <-redial.C:
+		case now := <-redial.C:
+			if link.nudgeDue(now) {
+				sctx, cancel := context.WithTimeout(ctx, connectAttempt)
+				err := sendJoin(sctx, a.t, id, flagJoinReply, joinReply{Version: joinVersion, Resend: true})
+				cancel()
+				link = a.event(h, func(l *joinerLink) { l.onNudge(now, err) })
+			}
 		case <-ctx.Done():
 			return
 		}
@@ -545,8 +608,11 @@ type handshakes struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu      sync.Mutex
-	links   map[transport.PeerID]*memberShake
+	mu    sync.Mutex
+	links map[transport.PeerID]*memberShake
+	// ending holds handshakes stopped but maybe not yet ended, so that the
+	// next one with the same member waits for them.
+	ending  map[transport.PeerID]*memberShake
 	refusal error // the first refusal
 }
 
@@ -563,7 +629,8 @@ type memberShake struct {
 }
 
 func startHandshakes(t transport.Transport, req joinRequest, log zerolog.Logger) *handshakes {
-	h := &handshakes{t: t, req: req, log: log, links: map[transport.PeerID]*memberShake{}}
+	h := &handshakes{t: t, req: req, log: log, links: map[transport.PeerID]*memberShake{},
+		ending: map[transport.PeerID]*memberShake{}}
 	h.ctx, h.stop = context.WithCancel(context.Background())
 	return h
 }
@@ -577,26 +644,32 @@ func (h *handshakes) retain(ms []member) {
 	for _, m := range ms {
 		want[m.ID] = m.Addr
 	}
-	stopped := map[transport.PeerID]*memberShake{}
 	for id, l := range h.links {
 		if want[id] != l.addr {
 			l.cancel()
 			delete(h.links, id)
-			stopped[id] = l
+			h.ending[id] = l
 		}
 	}
 	for id, addr := range want {
 		if h.links[id] != nil {
 			continue
 		}
-		prev := stopped[id]
+		prev := h.ending[id]
 		ctx, cancel := context.WithCancel(h.ctx)
 		l := &memberShake{addr: addr, cancel: cancel, done: make(chan struct{})}
 		h.links[id] = l
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			defer close(l.done)
+			defer func() {
+				h.mu.Lock()
+				if h.ending[id] == l {
+					delete(h.ending, id)
+				}
+				h.mu.Unlock()
+				close(l.done)
+			}()
 			if prev != nil {
 				<-prev.done
 			}
@@ -612,9 +685,11 @@ func (h *handshakes) refused() error {
 	return h.refusal
 }
 
-// note logs the members that have not accepted this joiner, and why.
-func (h *handshakes) note(pendingFor time.Duration) {
+// note logs the members that have not accepted this joiner, and why,
+// with extra (an explanation from gossip, or "").
+func (h *handshakes) note(pendingFor time.Duration, extra string) {
 	msg, stuck, accepted, known := h.status()
+	msg += extra
 	ev := h.log.Info()
 	if stuck {
 		ev = h.log.Warn()
@@ -672,7 +747,10 @@ func (h *handshakes) close() {
 
 // shake runs the joiner's side of the handshake with member id until ctx
 // ends or the member refuses: dial it and send the request, again every
-// joinResend, and hear its replies.
+// joinResend until the member accepts, and after that only when the
+// member asks (a handshake of its that began afresh) or its answers
+// broke off. Past acceptance it stays quiet, so that nothing it sends can
+// fail, and cost links, while the view that admits it forms.
 func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberShake) {
 	replies, wait := listening[joinReply](ctx, h.t, id, maxJoinReply, flagJoinReply)
 	defer wait()
@@ -681,6 +759,9 @@ func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberSh
 	for {
 		select {
 		case <-send.C:
+			if h.isAccepted(l) {
+				continue
+			}
 			next := joinResend
 			if err := h.send(ctx, id, l); err != nil {
 				next = redialEvery
@@ -689,8 +770,9 @@ func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberSh
 		case ev := <-replies:
 			h.mu.Lock()
 			switch {
-			case ev.err != nil:
+			case ev.err != nil || ev.msg.Resend:
 				l.accepted, l.lastErr = false, ev.err
+				send.Reset(redialEvery)
 			case ev.msg.Accepted:
 				l.accepted = true
 			default:
@@ -709,6 +791,12 @@ func (h *handshakes) shake(ctx context.Context, id transport.PeerID, l *memberSh
 			return
 		}
 	}
+}
+
+func (h *handshakes) isAccepted(l *memberShake) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return l.accepted
 }
 
 // send dials member id if need be and sends it the request.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -202,7 +203,19 @@ func TestAdmissionSimulation(t *testing.T) {
 					p.link.onRecvBroken(errCut)
 					p.requests, p.heard, p.answered = 0, false, false
 				}
-			case 5:
+			case 5: // the member asks for the request; the joiner answers with one
+				if p.link.dialled && !p.link.heard {
+					now := p.link.since.Add(time.Duration(step+1) * joinResend)
+					if !p.toJoiner || faults && rng.IntN(3) == 0 {
+						p.link.onNudge(now, errCut)
+						p.up, p.answered = false, false
+					} else {
+						p.link.onNudge(now, nil)
+						if p.toMember {
+							p.requests++
+						}
+					}
+				}
 			}
 			check(step)
 		}
@@ -231,5 +244,37 @@ func TestAdmissionSimulation(t *testing.T) {
 				t.Fatalf("trial %d: joiner %d (fits %v, reachable %v) admitted %v", trial, j, fits[j], reachable(j), !want)
 			}
 		}
+	}
+}
+
+// TestNudgeDue: a member asks for the request once it can send and has
+// heard nothing for joinResend, since the handshake began or it last
+// asked; a failed ask drops the link.
+func TestNudgeDue(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	l := joinerLink{since: t0}
+	if l.nudgeDue(t0.Add(time.Hour)) {
+		t.Fatal("a nudge is due before the member could dial")
+	}
+	l.onDial(nil)
+	if l.nudgeDue(t0.Add(joinResend - time.Millisecond)) {
+		t.Fatal("a nudge is due before joinResend passed")
+	}
+	at := t0.Add(joinResend)
+	if !l.nudgeDue(at) {
+		t.Fatal("no nudge due after joinResend")
+	}
+	l.onNudge(at, nil)
+	if l.nudgeDue(at.Add(joinResend/2)) || !l.nudgeDue(at.Add(joinResend)) {
+		t.Fatal("nudges are not paced by joinResend")
+	}
+	l.onNudge(at.Add(joinResend), errCut)
+	if l.dialled || l.nudgeDue(at.Add(time.Hour)) {
+		t.Fatalf("a failed nudge left the link up: %+v", l)
+	}
+	l.onDial(nil)
+	l.onRequest(nil)
+	if l.nudgeDue(at.Add(time.Hour)) {
+		t.Fatal("a nudge is due although the request was heard")
 	}
 }

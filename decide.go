@@ -43,18 +43,31 @@ func joinerHash(m member) uint64 {
 	return max(h.Sum64(), 1) // 0 marks an empty slot
 }
 
-// listJoiners fills a record's joiner slots with the smallest hashes of
-// pending, so that members seeing the same joiners list the same ones.
-func listJoiners(pending []member) [joinerSlots]uint64 {
+// listJoiners fills a record's joiner slots with hashes of pending: those
+// that come first in an order that salt (the boundary's iteration)
+// shuffles, the same on every member, so that members seeing the same
+// joiners list the same ones, and joiners that some member cannot list
+// do not keep the slots from the others boundary after boundary.
+func listJoiners(pending []member, salt uint64) [joinerSlots]uint64 {
 	hs := make([]uint64, len(pending))
 	for i, m := range pending {
 		hs[i] = joinerHash(m)
 	}
 	slices.Sort(hs)
 	hs = slices.Compact(hs)
+	slices.SortFunc(hs, func(a, b uint64) int { return cmp.Compare(mix(a^salt), mix(b^salt)) })
 	var out [joinerSlots]uint64
 	copy(out[:], hs)
 	return out
+}
+
+// mix is SplitMix64's finalizer: a bijection that scatters nearby values.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // viewDecision is what one boundary decided about membership.

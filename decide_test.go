@@ -44,7 +44,7 @@ func simBoundaryFit(t *testing.T, view []member, ws []simWorker, batchFit int) (
 	knowns := make([]map[uint64]member, len(ws))
 	for r, w := range ws {
 		rec := record{kind: kindBoundary, leave: w.leave, minWorkers: int64(max(w.min, 1)), maxWorkers: int64(cmpOr(w.max, MaxView))}
-		rec.joiners = listJoiners(w.pending)
+		rec.joiners = listJoiners(w.pending, 7)
 		knowns[r] = map[uint64]member{}
 		for _, m := range w.pending {
 			knowns[r][joinerHash(m)] = m
@@ -250,4 +250,34 @@ func TestRecordRoundTrip(t *testing.T) {
 	if got != r || version != recordVersion {
 		t.Fatalf("round trip: %+v version %d", got, version)
 	}
+}
+
+// TestListJoinersRotates: with more joiners than slots, every joiner is
+// listed at some boundary, and members listing the same joiners at the
+// same boundary list the same ones.
+func TestListJoinersRotates(t *testing.T) {
+	var pending []member
+	for i := range 3 * joinerSlots {
+		pending = append(pending, member{ID: transport.PeerID(fmt.Sprintf("j%d", i)), Addr: fmt.Sprintf("10.0.0.%d:7000", i)})
+	}
+	seen := map[uint64]bool{}
+	for iter := range uint64(50) {
+		a := listJoiners(pending, iter)
+		b := listJoiners(reversed(pending), iter)
+		if a != b {
+			t.Fatalf("iteration %d: members list %v and %v", iter, a, b)
+		}
+		for _, h := range a {
+			seen[h] = true
+		}
+	}
+	if len(seen) != len(pending) {
+		t.Fatalf("%d of %d joiners were ever listed in 50 boundaries", len(seen), len(pending))
+	}
+}
+
+func reversed(ms []member) []member {
+	out := slices.Clone(ms)
+	slices.Reverse(out)
+	return out
 }

@@ -85,13 +85,20 @@
 // changes at a Boundary, decided from the boundary's table by the same
 // pure rule on every member, with no coordinator. Gossip only finds
 // members: no difference between the members' gossip fails a boundary.
+// The rule:
 //   - a member whose record asks to leave (RequestLeave) is removed, with
 //     no iteration redone; Change.Left tells the leaver, Change.Departed
-//     the others;
+//     the others; the leaver closes once the others have said farewell;
 //   - a pending joiner is admitted when every member's record lists it and
-//     Config.MaxWorkers leaves room: the members welcome it over the
-//     control channel (epoch, members, iteration, shares), one of them
-//     broadcasts the committed state, and Change.Admitted names it;
+//     Config.MaxWorkers leaves room. A member lists it only after an
+//     admission handshake on a channel of its own: the joiner dialled the
+//     member and sent its settings and state layout, the member dialled
+//     it back and found that it fits. A joiner that does not fit is
+//     refused, its Join failing with ErrDiverged that names the
+//     difference; one that cannot be reached stays pending. The members
+//     then welcome it over the control channel (epoch, members, iteration,
+//     shares) within Config.ConnectTimeout, one of them broadcasts the
+//     committed state, and Change.Admitted names it;
 //   - iteration 0 waits until the view holds Config.MinWorkers; later
 //     leaves may shrink it below that;
 //   - members are sorted by data address (host, then port); a changed view

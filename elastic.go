@@ -81,9 +81,8 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		}
 		prestart = wel.Prestart
 	}
-	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(),
+	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members,
 		w.log.With().Str("component", "admission").Logger())
-	w.adm.setView(w.cur.members, w.departed)
 	for prestart {
 		if prestart, err = w.admit(ctx); err != nil {
 			return err
@@ -146,6 +145,24 @@ func (w *Worker) joinSeeds(ctx context.Context) error {
 	}
 }
 
+// protocolMismatch says, with a leading "; ", that gossip lists workers of
+// this job that speak another protocol version, which this worker ignores,
+// or returns "".
+func (w *Worker) protocolMismatch() string {
+	var others []string
+	for _, m := range w.node.Members() {
+		if m.MetaErr == nil && m.Meta.Role == membership.RoleWorker && m.Meta.Job == w.cfg.Job && m.Meta.Protocol != protocolVersion {
+			others = append(others, fmt.Sprintf("%s (protocol %d)", m.Name, m.Meta.Protocol))
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	slices.Sort(others)
+	return fmt.Sprintf("; gossip lists worker(s) of job %q that speak another protocol version than this worker's %d, and ignores them: %s (run the same gyre version everywhere)",
+		w.cfg.Job, protocolVersion, strings.Join(others, ", "))
+}
+
 // isKeyMismatch recognises memberlist's errors for gossip it cannot
 // decrypt or that is not encrypted as it requires.
 func isKeyMismatch(err error) bool {
@@ -193,7 +210,7 @@ func (w *Worker) membershipRecord(rec *record) map[uint64]member {
 		}
 	}
 	ready := w.adm.ready()
-	rec.joiners = listJoiners(ready)
+	rec.joiners = listJoiners(ready, uint64(rec.iter))
 	known := make(map[uint64]member, len(ready))
 	for _, m := range ready {
 		known[joinerHash(m)] = m
@@ -314,7 +331,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	}
 	// The joiners' handshakes end before anything of the view change
 	// touches their links.
-	w.adm.setView(d.Members, w.departed)
+	w.adm.setView(d.Members)
 	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: w.iter, Members: d.Members, Shares: shares,
 		Old: oldRanks, Prestart: prestart}
 	// Every joiner answered every member moments ago, so these connects
@@ -381,9 +398,10 @@ func (w *Worker) forgetDeparted() {
 	for _, id := range w.forget {
 		if w.cur.rankOf(id) < 0 {
 			f.Forget(id)
-			// Dialled afresh if it comes back, with no old link to drop
-			// under a handshake in progress.
+			// Dialled afresh if it comes back, and a handshake with it
+			// already under way begins again.
 			delete(w.dialled, id)
+			w.adm.reset(id)
 		}
 	}
 	w.forget = w.forget[:0]
@@ -520,7 +538,7 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 	}()
 	hs := startHandshakes(w.t, joinRequest{Version: joinVersion, Addr: w.self().Addr, Fit: w.fitting()},
 		w.log.With().Str("component", "admission").Logger())
-	defer hs.close()
+	defer hs.close() // idempotent; the first welcome ends the handshakes already
 	tick := time.NewTicker(admitPoll)
 	defer tick.Stop()
 	var first welcome
@@ -533,7 +551,7 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 		}
 		if time.Since(noted) >= handshakeNote {
 			noted = time.Now()
-			hs.note(time.Since(since))
+			hs.note(time.Since(since), w.protocolMismatch())
 		}
 		for _, m := range inView {
 			if listening[m.ID] == nil {
@@ -548,13 +566,17 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 		case <-tick.C:
 		case <-ctx.Done():
 			msg, _, _, _ := hs.status()
-			when := fmt.Sprintf("before Join gave up (JoinTimeout %v, --join-timeout)", w.cfg.JoinTimeout)
+			if len(inView) == 0 {
+				msg += w.protocolMismatch()
+			}
+			when := fmt.Sprintf("before Join's context ended (JoinTimeout %v, --join-timeout)", w.cfg.JoinTimeout)
 			if errors.Is(ctx.Err(), context.Canceled) {
 				when = "before Join was cancelled"
 			}
 			return welcome{}, fmt.Errorf("gyre: no boundary admitted this worker %s; %s: %w", when, msg, ctx.Err())
 		}
 	}
+	hs.close() // admitted: nothing more to say on the join channel
 	for _, wel := range got {
 		first = wel
 	}

@@ -138,8 +138,9 @@ type record struct {
 	leave bool
 	// minWorkers and maxWorkers are this worker's Config bounds.
 	minWorkers, maxWorkers int64
-	// joiners are hashes (joinerHash) of the pending workers this worker's
-	// gossip lists, ascending; 0 marks an empty slot.
+	// joiners are hashes (joinerHash) of the pending workers this worker
+	// may list: its admission handshake with each is done (admissions.ready);
+	// 0 marks an empty slot.
 	joiners [joinerSlots]uint64
 	// model is this worker's fitted compute model (zero: none yet), and
 	// speedChanged says its estimator saw its speed change.

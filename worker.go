@@ -259,6 +259,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	joined := false
 	defer func() {
 		if !joined {
+			// A worker refused or given up on leaves gossip, so that the
+			// members see it leave rather than die.
+			w.leaveGossip()
 			w.Close()
 		}
 	}()
@@ -386,7 +389,7 @@ func (w *Worker) setView(vs *viewState) {
 	old := w.cur
 	w.cur = vs
 	w.mu.Unlock()
-	w.adm.setView(vs.members, w.departed)
+	w.adm.setView(vs.members)
 	if old != nil {
 		old.close()
 	}

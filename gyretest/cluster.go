@@ -96,12 +96,12 @@ func Start(tb testing.TB, o Options) *Cluster {
 	default:
 		tb.Fatalf("gyretest: unknown transport %q", o.Transport)
 	}
-	peers := c.dataAddrs(tb, 0, o.N)
+	peers, gossip := c.addrs(tb, 0, o.N)
 	if c.Net == nil || o.Gossip {
 		c.key = Key(tb)
 	}
 	if o.Gossip {
-		c.GossipAddrs = freePorts(tb, o.N)
+		c.GossipAddrs = gossip
 	}
 	for r := range o.N {
 		c.IDs[r] = transport.PeerID(peers[r])
@@ -145,18 +145,22 @@ func Start(tb testing.TB, o Options) *Cluster {
 	return c
 }
 
-// dataAddrs returns the data addresses of workers first to first+n-1:
-// names only over mem, which never dials, else free loopback ports.
-func (c *Cluster) dataAddrs(tb testing.TB, first, n int) []string {
+// addrs returns the data and gossip addresses of workers first to
+// first+n-1: data addresses are names only over mem, which never dials,
+// else free loopback ports. All the ports come from one search, so no two
+// are alike: ports found apart can repeat, the first set being free again
+// when the second is sought.
+func (c *Cluster) addrs(tb testing.TB, first, n int) (data, gossip []string) {
 	tb.Helper()
 	if c.Net == nil {
-		return freePorts(tb, n)
+		ports := freePorts(tb, 2*n)
+		return ports[:n:n], ports[n:]
 	}
-	out := make([]string, n)
-	for r := range out {
-		out[r] = fmt.Sprintf("127.0.0.1:%d", 1000+first+r)
+	data = make([]string, n)
+	for r := range data {
+		data[r] = fmt.Sprintf("127.0.0.1:%d", 1000+first+r)
 	}
-	return out
+	return data, freePorts(tb, n)
 }
 
 func freePorts(tb testing.TB, n int) []string {
@@ -279,7 +283,8 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 		tb.Fatal("gyretest: AddJoiner needs Options.Gossip")
 	}
 	r := len(c.Workers)
-	data, listen := c.dataAddrs(tb, r, 1)[0], freePorts(tb, 1)[0]
+	datas, gossips := c.addrs(tb, r, 1)
+	data, listen := datas[0], gossips[0]
 	c.Workers, c.Errs = append(c.Workers, nil), append(c.Errs, nil)
 	c.States, c.IDs = append(c.States, nil), append(c.IDs, transport.PeerID(data))
 	c.GossipAddrs = append(c.GossipAddrs, listen)

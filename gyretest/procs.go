@@ -142,9 +142,11 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 			p.base = append(p.base, kv)
 		}
 	}
-	p.Peers = sortedPorts(tb, o.N)
+	// One search for every port, so that no two are alike.
+	ports := freePorts(tb, 2*o.N)
+	p.Peers = sortedPorts(ports[:o.N:o.N]) // clipped: Add appends to both
 	if o.Gossip {
-		p.GossipAddrs = freePorts(tb, o.N)
+		p.GossipAddrs = ports[o.N:]
 	}
 	tb.Cleanup(func() { p.cleanup(tb) })
 	for r := range o.N {
@@ -165,9 +167,9 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 	return p
 }
 
-// sortedPorts returns n free loopback addresses in ascending port order.
-func sortedPorts(tb testing.TB, n int) []string {
-	addrs := freePorts(tb, n)
+// sortedPorts sorts loopback addresses by port, ascending, and returns
+// them.
+func sortedPorts(addrs []string) []string {
 	slices.SortFunc(addrs, func(a, b string) int {
 		_, pa, _ := strings.Cut(a, ":")
 		_, pb, _ := strings.Cut(b, ":")
@@ -205,8 +207,9 @@ func (p *Procs) Add(tb testing.TB, seeds ...string) int {
 		seeds = p.GossipAddrs[:1]
 	}
 	r := len(p.procs)
-	p.Peers = append(p.Peers, freePorts(tb, 1)[0])
-	p.GossipAddrs = append(p.GossipAddrs, freePorts(tb, 1)[0])
+	ports := freePorts(tb, 2)
+	p.Peers = append(p.Peers, ports[0])
+	p.GossipAddrs = append(p.GossipAddrs, ports[1])
 	p.startProc(tb, r, p.gossipEnv(r, seeds))
 	return r
 }

@@ -79,8 +79,8 @@ func (g *guardedTransport) forward() {
 		case g.slots <- struct{}{}:
 		default:
 			c.Close()
-			g.flood.Refused(c.RemoteAddr().String(), "refused a gossip connection: too many are being served").
-				Int("max_streams", maxStreams).Send()
+			g.flood.Refused(c.RemoteAddr().String(), "refused a gossip connection: too many are being served",
+				func(e *zerolog.Event) *zerolog.Event { return e.Int("max_streams", maxStreams) })
 			continue
 		}
 		sc := &slotConn{Conn: c, release: func() { <-g.slots }}
@@ -156,7 +156,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		if len(msg) > maxDetail {
 			msg = msg[:maxDetail] + "..."
 		}
-		w.flood.Refused(remote, "gossip: "+strings.TrimSpace(kind)).Str("detail", msg).Send()
+		w.flood.Refused(remote, "gossip: "+strings.TrimSpace(kind), func(e *zerolog.Event) *zerolog.Event { return e.Str("detail", msg) })
 		return len(p), nil
 	}
 	w.log.WithLevel(level).Msg(msg)

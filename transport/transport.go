@@ -62,8 +62,9 @@ type Transport interface {
 	// is refused with an error wrapping wire.ErrMalformed and nothing is
 	// sent. It blocks until the payload has been handed to the network (or
 	// copied), so the caller may reuse payload when Send returns. A Send
-	// that fails with a PeerError has dropped the peer: Connect must be
-	// called again (it dials afresh) before the next Send.
+	// that fails with a PeerError has abandoned this side's link to the
+	// peer: Connect must be called again (it dials afresh) before the next
+	// Send. What the peer dialled is left alone.
 	Send(ctx context.Context, peer PeerID, ch Channel, hdr wire.Header, payload []byte) error
 
 	// Recv reads the next message from peer on ch into buf and returns its

@@ -91,17 +91,18 @@ func New(cfg Config) *Log {
 	return &Log{cfg: cfg, sources: make(map[string]int), byKind: make(map[string]int)}
 }
 
-// Refused returns a warning with message msg about one refusal from
-// remote (host:port or a host), for the caller to add fields to and Send,
+// Refused logs a warning with message msg about one refusal from remote
+// (host:port or a host), with the fields that fields adds (nil: none),
 // while the window's bursts last; msg is also the refusal's kind. After
-// that it counts the refusal for the window's summary and returns nil, on
-// which zerolog's methods do nothing, so the caller's chain of fields
-// costs nothing either.
-func (l *Log) Refused(remote, msg string) *zerolog.Event {
+// that it only counts the refusal for the window's summary, and fields is
+// not called. The line is written under the Log's lock, so that none is
+// written after Close: the goroutines of a network library may refuse a
+// connection after its owner has closed.
+func (l *Log) Refused(remote, msg string, fields func(*zerolog.Event) *zerolog.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil
+		return
 	}
 	if !l.inWindow {
 		l.inWindow = true
@@ -110,11 +111,15 @@ func (l *Log) Refused(remote, msg string) *zerolog.Event {
 	if l.logged < l.cfg.Total && l.byKind[msg] < l.cfg.Burst {
 		l.logged++
 		l.byKind[msg]++
-		ev := l.cfg.Logger.Warn().Str(zerolog.MessageFieldName, msg).Str("remote", remote)
+		ev := l.cfg.Logger.Warn().Str("remote", remote)
 		if l.byKind[msg] == l.cfg.Burst || l.logged == l.cfg.Total {
 			ev = ev.Str("then", fmt.Sprintf("further refusals are summed up every %v", l.cfg.Window))
 		}
-		return ev
+		if fields != nil {
+			ev = fields(ev)
+		}
+		ev.Msg(msg)
+		return
 	}
 	l.suppressed++
 	host := hostOf(remote)
@@ -123,7 +128,6 @@ func (l *Log) Refused(remote, msg string) *zerolog.Event {
 	} else {
 		l.sources["other"]++
 	}
-	return nil
 }
 
 // endWindow writes the window's summary, if it suppressed any refusal,

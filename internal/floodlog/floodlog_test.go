@@ -43,7 +43,9 @@ func TestBurstThenSummary(t *testing.T) {
 		defer l.Close()
 		for i := range 1000 {
 			host := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}[min(i%10, 2)]
-			l.Refused(fmt.Sprintf("%s:%d", host, 40000+i), "refused").Err(errors.New("bad certificate")).Send()
+			l.Refused(fmt.Sprintf("%s:%d", host, 40000+i), "refused", func(e *zerolog.Event) *zerolog.Event {
+				return e.Err(errors.New("bad certificate"))
+			})
 		}
 		_, text := out.snapshot()
 		if len(text) != DefaultBurst {
@@ -71,7 +73,7 @@ func TestBurstThenSummary(t *testing.T) {
 			t.Fatalf("summary %+v, want 998 refused from %v", sum, want)
 		}
 		// A new window logs again.
-		l.Refused("10.0.0.9:1", "refused").Send()
+		l.Refused("10.0.0.9:1", "refused", nil)
 		if _, text = out.snapshot(); len(text) != DefaultBurst+2 || !strings.Contains(text[len(text)-1], "10.0.0.9:1") {
 			t.Fatalf("the next window's first refusal was not logged:\n%s", strings.Join(text, ""))
 		}
@@ -85,7 +87,7 @@ func TestSustainedFlood(t *testing.T) {
 		out := &lines{}
 		l := New(Config{Logger: zerolog.New(out), What: "connections"})
 		for range 60_000 {
-			l.Refused("10.0.0.1:5", []string{"a", "b", "c"}[rand.IntN(3)]).Send()
+			l.Refused("10.0.0.1:5", []string{"a", "b", "c"}[rand.IntN(3)], nil)
 			time.Sleep(time.Millisecond)
 		}
 		l.Close()
@@ -122,7 +124,7 @@ func TestManySources(t *testing.T) {
 		l := New(Config{Logger: zerolog.Nop()})
 		defer l.Close()
 		for i := range 10_000 {
-			l.Refused(fmt.Sprintf("10.%d.%d.%d:1", i>>16, (i>>8)&255, i&255), "refused").Send()
+			l.Refused(fmt.Sprintf("10.%d.%d.%d:1", i>>16, (i>>8)&255, i&255), "refused", nil)
 		}
 		l.mu.Lock()
 		n := len(l.sources)
@@ -136,11 +138,11 @@ func TestManySources(t *testing.T) {
 func TestCloseFlushes(t *testing.T) {
 	out := &lines{}
 	l := New(Config{Logger: zerolog.New(out), What: "x", Burst: 1})
-	l.Refused("h:1", "refused").Send()
-	l.Refused("h:2", "refused").Send()
+	l.Refused("h:1", "refused", nil)
+	l.Refused("h:2", "refused", nil)
 	l.Close()
 	l.Close()
-	l.Refused("h:3", "refused").Send()
+	l.Refused("h:3", "refused", nil)
 	if _, text := out.snapshot(); len(text) != 2 || !strings.Contains(text[1], `"refused":1`) {
 		t.Fatalf("lines %q, want one refusal and one summary of 1", text)
 	}
@@ -153,11 +155,11 @@ func TestKindsShareTheTotal(t *testing.T) {
 	l := New(Config{Logger: zerolog.New(out)})
 	defer l.Close()
 	for range 100 {
-		l.Refused("10.0.0.1:1", "junk").Send()
+		l.Refused("10.0.0.1:1", "junk", nil)
 	}
-	l.Refused("10.0.0.2:1", "wrong key").Send()
+	l.Refused("10.0.0.2:1", "wrong key", nil)
 	for _, k := range []string{"x", "y", "z"} {
-		l.Refused("10.0.0.3:1", k).Send()
+		l.Refused("10.0.0.3:1", k, nil)
 	}
 	_, text := out.snapshot()
 	got := strings.Join(text, "")

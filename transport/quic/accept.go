@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -50,8 +51,8 @@ type handshakeKey struct{}
 func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
 	if t.handshaking.Add(1) > maxHandshakes {
 		t.handshaking.Add(-1)
-		t.flood.Refused(info.RemoteAddr.String(), "refused: too many handshakes under way").
-			Int("max_handshakes", maxHandshakes).Send()
+		t.flood.Refused(info.RemoteAddr.String(), "refused: too many handshakes under way",
+			func(e *zerolog.Event) *zerolog.Event { return e.Int("max_handshakes", maxHandshakes) })
 		return nil, errTooManyHandshakes
 	}
 	h := &handshake{remote: info.RemoteAddr}
@@ -68,7 +69,7 @@ func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (c
 			// address, which names it.
 			t.refusals.Add(h.remote.String(), "", fmt.Errorf("the client does not trust this worker's certificate: %w", cause))
 		}
-		t.flood.Refused(h.remote.String(), "handshake failed").Err(cause).Send()
+		t.flood.Refused(h.remote.String(), "handshake failed", func(e *zerolog.Event) *zerolog.Event { return e.Err(cause) })
 	})
 	return ctx, nil
 }
@@ -90,8 +91,8 @@ func (t *Transport) serverTLS() *tls.Config {
 				h.refused.Store(true)
 			}
 			t.refusals.Add(remote, claimed, err)
-			t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ").
-				Str("claims", claimed).Err(err).Send()
+			t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ",
+				func(e *zerolog.Event) *zerolog.Event { return e.Str("claims", claimed).Err(err) })
 		}, ALPN), nil
 	}
 	return base

@@ -10,8 +10,11 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
@@ -26,6 +29,10 @@ import (
 const (
 	maxHandshakes = 32
 	maxPending    = 1024
+	// firstByteTimeout bounds the wait for a client's first byte, within
+	// HandshakeTimeout: a Gyre client writes its TLS ClientHello or its
+	// preamble as soon as it connects.
+	firstByteTimeout = 2 * time.Second
 )
 
 // acceptLoop accepts connections until Close, each served in its own
@@ -40,7 +47,7 @@ func (t *Transport) acceptLoop() {
 			}
 			// Out of file descriptors and the like: wait and retry.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t.flood.Refused(t.Addr(), "accept failed").Err(err).Dur("retry_in", backoff).Send()
+			t.flood.Refused(t.Addr(), "accept failed", func(e *zerolog.Event) *zerolog.Event { return e.Err(err).Dur("retry_in", backoff) })
 			select {
 			case <-time.After(backoff):
 			case <-t.ctx.Done():
@@ -53,8 +60,8 @@ func (t *Transport) acceptLoop() {
 		case t.pending <- struct{}{}:
 		default:
 			c.Close()
-			t.flood.Refused(c.RemoteAddr().String(), "refused: too many connections are awaiting their handshake").
-				Int("max_pending", maxPending).Send()
+			t.flood.Refused(c.RemoteAddr().String(), "refused: too many connections are awaiting their handshake",
+				func(e *zerolog.Event) *zerolog.Event { return e.Int("max_pending", maxPending) })
 			continue
 		}
 		t.wg.Go(func() {
@@ -72,12 +79,14 @@ func (t *Transport) serve(c net.Conn) {
 	tune(c)
 	remote := c.RemoteAddr().String()
 	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
-	c.SetDeadline(deadline)
+	// A client's first bytes come at once; one that sends none soon
+	// holds its pending slot only briefly.
+	c.SetDeadline(time.Now().Add(min(firstByteTimeout, t.cfg.HandshakeTimeout)))
 	hc := &handshakeConn{Conn: c, slots: t.handshaking, deadline: deadline, closed: t.ctx.Done()}
 	defer hc.finish()
 	c = hc
 	// Close interrupts a handshake in progress with a past deadline.
-	stop := context.AfterFunc(t.ctx, func() { c.SetDeadline(longAgo) })
+	stop := context.AfterFunc(t.ctx, hc.abort)
 	var (
 		verified transport.PeerID
 		in       streams.InStream
@@ -86,7 +95,7 @@ func (t *Transport) serve(c net.Conn) {
 	)
 	if t.cfg.Insecure {
 		if err = readPreamble(c); err != nil {
-			t.flood.Refused(remote, "refused: not a Gyre client").Err(err).Send()
+			t.flood.Refused(remote, "refused: not a Gyre client", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) })
 		}
 		in, ack = newPlainIn(c), c
 	} else {
@@ -121,8 +130,8 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	cfg := t.cfg.Identity.ServerTLS(func(claimed string, err error) {
 		refused = true
 		t.refusals.Add(remote, claimed, err)
-		t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ").
-			Str("claims", claimed).Err(err).Send()
+		t.flood.Refused(remote, "refused: client certificate not issued by this cluster's CA: the cluster secrets differ",
+			func(e *zerolog.Event) *zerolog.Event { return e.Str("claims", claimed).Err(err) })
 	}, ALPN)
 	// Nothing may travel server to client after the acknowledgement: the
 	// dialer never reads again, and unread bytes at close make its kernel
@@ -134,13 +143,13 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	// than an unexplained close.
 	var first [1]byte
 	if _, err := io.ReadFull(c, first[:]); err != nil {
-		t.flood.Refused(remote, "refused: no TLS handshake").Err(err).Send()
+		t.flood.Refused(remote, "refused: no TLS handshake", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) })
 		return nil, "", err
 	}
 	if first[0] == plainPreamble[0] {
 		if err := readPreamble(io.MultiReader(bytes.NewReader(first[:]), c)); err == nil {
 			c.Write([]byte{nackByte})
-			t.flood.Refused(remote, "refused: insecure client; this transport requires TLS").Send()
+			t.flood.Refused(remote, "refused: insecure client; this transport requires TLS", nil)
 			return nil, "", errInsecureClient
 		}
 	}
@@ -155,7 +164,7 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 	}
 	if err != nil {
 		if !refused {
-			t.flood.Refused(remote, "refused: TLS handshake failed").Err(err).Send()
+			t.flood.Refused(remote, "refused: TLS handshake failed", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) })
 			if distrusted(err) {
 				t.refusals.Add(remote, "", fmt.Errorf("the client does not trust this worker's certificate: %w", err))
 			}
@@ -224,7 +233,10 @@ type handshakeConn struct {
 	slots    chan struct{}
 	deadline time.Time
 	closed   <-chan struct{}
-	held     bool        // touched only by the serving goroutine, before finish
+	held     bool       // touched only by the serving goroutine, before finish
+	started  bool       // the client's first bytes came; likewise
+	mu       sync.Mutex // orders abort against the deadline's extension
+	aborted  bool
 	plain    atomic.Bool // finished: no slots
 }
 
@@ -237,7 +249,24 @@ func (h *handshakeConn) Read(p []byte) (int, error) {
 	if err != nil {
 		return n, err
 	}
+	if !h.started {
+		h.started = true
+		h.mu.Lock()
+		if !h.aborted {
+			h.Conn.SetDeadline(h.deadline) // the client spoke: the whole handshake timeout applies
+		}
+		h.mu.Unlock()
+	}
 	return n, h.acquire()
+}
+
+// abort ends the handshake at once, as Close does: a past deadline that
+// no later extension undoes.
+func (h *handshakeConn) abort() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.aborted = true
+	h.Conn.SetDeadline(longAgo)
 }
 
 // acquire waits for a slot until the handshake's deadline.

@@ -228,11 +228,14 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 	case dead != nil:
 		err = dead
 	default:
-		// The link failed under us (the peer crashed or restarted). A
-		// PeerError means the peer is gone, so drop it: its state is then
-		// coherent, and a later Connect dials afresh instead of reporting
-		// the dead link as connected.
-		t.Drop(oc.op.id, err)
+		// The link failed under us (the peer crashed, restarted, or
+		// dropped this process). Abandon the link, so that a later Connect
+		// dials afresh instead of reporting the dead link as connected.
+		// Only this side's link: the connections the peer dialled say
+		// nothing about it, and closing them would make a live peer fail
+		// its next send and abandon the link this side may have dialled
+		// again meanwhile, over and over.
+		t.abandonLink(oc.op, err)
 	}
 	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: err}
 }

@@ -237,6 +237,29 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 	return nil
 }
 
+// abandonLink closes op, the outbound links and streams of a peer whose
+// link failed, if they are still the peer's: the next Connect dials
+// afresh. Inbound streams and OnDrop are left alone.
+func (t *Transport) abandonLink(op *outPeer, reason error) {
+	t.mu.Lock()
+	var closers []io.Closer
+	if p := t.peers[op.id]; p != nil && p.out == op && !t.closed {
+		p.out = nil
+		closers = op.killLocked(reason, nil)
+	}
+	t.mu.Unlock()
+	for _, c := range closers {
+		c.Close()
+	}
+	if len(closers) > 0 {
+		ev := t.log.Warn()
+		if t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
+			ev = t.log.Debug()
+		}
+		ev.Str("peer", string(op.id)).AnErr("reason", reason).Msg("link failed; the next Connect dials afresh")
+	}
+}
+
 // Drop abandons peer: its links and streams are closed, its stripe
 // writers stop, pending calls on it fail with a *transport.PeerError
 // wrapping reason, and so do later Recvs until the peer opens new streams.
