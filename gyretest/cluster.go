@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -152,15 +153,35 @@ func Start(tb testing.TB, o Options) *Cluster {
 // when the second is sought.
 func (c *Cluster) addrs(tb testing.TB, first, n int) (data, gossip []string) {
 	tb.Helper()
+	taken := make([]string, 0, len(c.IDs))
+	for _, id := range c.IDs {
+		taken = append(taken, string(id))
+	}
 	if c.Net == nil {
-		ports := freePorts(tb, 2*n)
+		ports := freePortsBut(tb, 2*n, taken, c.GossipAddrs)
 		return ports[:n:n], ports[n:]
 	}
 	data = make([]string, n)
 	for r := range data {
 		data[r] = fmt.Sprintf("127.0.0.1:%d", 1000+first+r)
 	}
-	return data, freePorts(tb, n)
+	return data, freePortsBut(tb, n, c.GossipAddrs)
+}
+
+// freePortsBut is freePorts avoiding the addresses in the taken lists:
+// ports handed out before whose processes may not have bound them yet.
+func freePortsBut(tb testing.TB, n int, taken ...[]string) []string {
+	tb.Helper()
+	for range 100 {
+		ports := freePorts(tb, n)
+		if !slices.ContainsFunc(ports, func(p string) bool {
+			return slices.ContainsFunc(taken, func(list []string) bool { return slices.Contains(list, p) })
+		}) {
+			return ports
+		}
+	}
+	tb.Fatal("gyretest: no free ports apart from those handed out")
+	return nil
 }
 
 func freePorts(tb testing.TB, n int) []string {

@@ -207,7 +207,8 @@ func (p *Procs) Add(tb testing.TB, seeds ...string) int {
 		seeds = p.GossipAddrs[:1]
 	}
 	r := len(p.procs)
-	ports := freePorts(tb, 2)
+	// Workers added just before may not have bound their ports yet.
+	ports := freePortsBut(tb, 2, p.Peers, p.GossipAddrs)
 	p.Peers = append(p.Peers, ports[0])
 	p.GossipAddrs = append(p.GossipAddrs, ports[1])
 	p.startProc(tb, r, p.gossipEnv(r, seeds))
