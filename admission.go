@@ -40,9 +40,9 @@ const (
 	maxJoinRequest = 512 << 10
 	// maxJoinReply bounds a reply, which names at most one difference.
 	maxJoinReply = 16 << 10
-	// joinResend is how often a joiner sends its request again, until it
-	// is welcomed: a request cut off when a member stopped listening, or
-	// a member that lost its record of the joiner, is thereby repaired.
+	// joinResend is how often a joiner sends its request again until the
+	// member accepts it, and how long a member waits for a request before
+	// it asks for one (Resend).
 	joinResend = 2 * time.Second
 	// redialEvery paces dials that failed and receives that broke.
 	redialEvery = 500 * time.Millisecond
@@ -340,19 +340,14 @@ func (a *admissions) run() {
 		select {
 		case <-tick.C:
 		case <-a.ctx.Done():
-			a.mu.Lock()
-			for _, h := range a.links {
-				h.cancel()
-			}
-			a.mu.Unlock()
-			return
+			return // every handshake's context ends with a.ctx
 		}
 	}
 }
 
 // poll starts a handshake with every joiner gossip lists pending, stops
-// those of joiners it no longer does (forgetting those gone from gossip),
-// and logs the handshakes that are stuck.
+// those of joiners it no longer lists there (forgetting them in the
+// transport), and logs the handshakes that are stuck.
 func (a *admissions) poll(now time.Time) {
 	live, pending := map[transport.PeerID]bool{}, map[transport.PeerID]string{}
 	for _, m := range jobWorkers(a.node.Members(), a.job) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,19 +25,14 @@ func logsTo(t *testing.T, buf *transporttest.LogBuffer) zerolog.Logger {
 // 10 ms apart, until stop is closed and at least min iterations are done,
 // then ends the job with Leave. It returns the workers' errors.
 func trainWhile(ctx context.Context, ws []*gyre.Worker, models []*toy, min int64, stop <-chan struct{}) []error {
-	var once sync.Once
-	stopped := make(chan struct{})
-	go func() {
-		<-stop
-		once.Do(func() { close(stopped) })
-	}()
 	return gyretest.Each(ws, func(r int, w *gyre.Worker) error {
 		for {
-			// Every worker reads the same verdict from the same boundary:
-			// go on while any is below min or the stop has not come.
+			// The workers see stop close at different times, so they
+			// agree through an allgather: go on while any of them is
+			// below min or has not seen it.
 			more := 0.0
 			select {
-			case <-stopped:
+			case <-stop:
 			default:
 				more = 1
 			}

@@ -948,8 +948,15 @@ func connectMembers(ctx context.Context, t transport.Transport, members []transp
 		if i == rank {
 			continue
 		}
-		refused := func() error { return refusedMember(t, members, addrs, rank) }
+		var refusal error // names the refused member itself, which need not be rank i
+		refused := func() error {
+			refusal = refusedMember(t, members, addrs, rank)
+			return refusal
+		}
 		if err := connectPeer(ctx, t, m, addrs[i], refused); err != nil {
+			if refusal != nil {
+				return refusal
+			}
 			return fmt.Errorf("gyre: rank %d connecting to rank %d (%s at %s): %w", rank, i, m, addrs[i], err)
 		}
 	}

@@ -125,10 +125,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 		if o.Config != nil {
 			o.Config(r, &cfg)
 		}
-		opts := c.options(tb, r, c.IDs[r])
-		if o.Unreachable != nil && o.Unreachable(r) {
-			opts = append(opts, c.unreachable(tb, cfg))
-		}
+		opts := c.options(tb, r, c.IDs[r], cfg)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -207,9 +204,10 @@ func (c *Cluster) gossipConfig(tb testing.TB, r int, data, listen string, seeds 
 	return cfg
 }
 
-// options are the Join options of worker r: its state, the caller's
-// options, and over mem its transport.
-func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID) []gyre.Option {
+// options are the Join options of worker r with cfg: its state, the
+// caller's options, over mem its transport, and the transport of an
+// unreachable worker.
+func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID, cfg gyre.Config) []gyre.Option {
 	var opts []gyre.Option
 	if c.o.State != nil {
 		c.States[r] = c.o.State(r)
@@ -225,6 +223,9 @@ func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID) []gyre.Opti
 		}
 		tb.Cleanup(func() { tr.Close() })
 		opts = append(opts, gyre.WithTransport(tr))
+	}
+	if c.o.Unreachable != nil && c.o.Unreachable(r) {
+		opts = append(opts, c.unreachable(tb, cfg))
 	}
 	return opts
 }
@@ -316,10 +317,7 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 	if c.o.Config != nil {
 		c.o.Config(r, &cfg)
 	}
-	opts := c.options(tb, r, c.IDs[r])
-	if c.o.Unreachable != nil && c.o.Unreachable(r) {
-		opts = append(opts, c.unreachable(tb, cfg))
-	}
+	opts := c.options(tb, r, c.IDs[r], cfg)
 	j := &Joiner{Index: r, done: make(chan struct{})}
 	go func() {
 		defer close(j.done)

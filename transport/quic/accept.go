@@ -34,7 +34,7 @@ type handshake struct {
 	over     atomic.Bool // no longer counted in Transport.handshaking
 }
 
-// end stops counting h as under way; it is idempotent.
+// endHandshake stops counting h as under way; it is idempotent.
 func (t *Transport) endHandshake(h *handshake) {
 	if h.over.CompareAndSwap(false, true) {
 		t.handshaking.Add(-1)
