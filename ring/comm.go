@@ -532,7 +532,7 @@ func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wo
 		return err
 	}
 	c.op.kdt, c.op.kop, c.op.scale, c.op.codec = kdt, kop, scale, cd
-	return c.run(ctx, e, dtype, wop, data, es, wireType)
+	return c.lostPeer(c.run(ctx, e, dtype, wop, data, es, wireType))
 }
 
 // AllReduce is Comm.AllReduce on a typed buffer, viewed as bytes without a

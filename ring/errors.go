@@ -17,6 +17,11 @@ var (
 	// ErrAborted is matched by every *AbortError: another rank failed the
 	// collective and told this one.
 	ErrAborted = errors.New("ring: collective aborted by a peer")
+	// ErrPeerLost is matched by every *PeerLostError: a member died,
+	// froze or became unreachable. Package gyre's ErrPeerLost is this
+	// same value, so one test covers a Worker's errors and those of
+	// collectives run on its Comm.
+	ErrPeerLost = errors.New("gyre: worker lost")
 	// ErrTimeout is matched by every *TimeoutError: the collective did not
 	// finish within its deadline.
 	ErrTimeout = errors.New("ring: collective deadline exceeded")
@@ -39,6 +44,41 @@ var (
 // liveness.Monitor implements it with heartbeats.
 type Liveness interface {
 	LastHeard(peer transport.PeerID) time.Time
+}
+
+// PeerLostError reports a collective that failed because a member died,
+// froze (silent past the peer timeout) or became unreachable, whether
+// this rank saw it or another rank's abort named it. It matches
+// ErrPeerLost and transport.ErrPeerGone, and unwraps to the cause.
+type PeerLostError struct {
+	// Rank is the lost member's rank in the Comm, Peer its ID.
+	Rank int
+	Peer transport.PeerID
+	Err  error
+}
+
+func (e *PeerLostError) Error() string {
+	return fmt.Sprintf("ring: lost rank %d (%s): %v", e.Rank, e.Peer, e.Err)
+}
+
+// Is matches ErrPeerLost.
+func (e *PeerLostError) Is(target error) bool { return target == ErrPeerLost }
+
+// Unwrap returns the cause, which matches transport.ErrPeerGone.
+func (e *PeerLostError) Unwrap() error { return e.Err }
+
+// lostPeer wraps a collective's error in a *PeerLostError if a member
+// other than this rank is to blame for it, so that callers match it with
+// ErrPeerLost and learn the rank.
+func (c *Comm) lostPeer(err error) error {
+	if err == nil || !errors.Is(err, transport.ErrPeerGone) {
+		return err
+	}
+	p, ok := transport.PeerOf(err)
+	if r := c.rankOf(p); ok && r >= 0 && r != c.cfg.Rank {
+		return &PeerLostError{Rank: r, Peer: p, Err: err}
+	}
+	return err
 }
 
 // StaleEpochError reports that a member sent a message from a newer
