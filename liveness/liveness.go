@@ -42,6 +42,10 @@ type Monitor struct {
 	mu     sync.Mutex
 	closed bool
 	peers  map[transport.PeerID]*peer
+
+	// stallEnd and stallLen record this process's latest stall (see
+	// Stalled): unix nanoseconds and nanoseconds.
+	stallEnd, stallLen atomic.Int64
 }
 
 // peer is one watched peer: its two goroutines, when it was last heard,
@@ -73,7 +77,44 @@ func New(cfg Config) (*Monitor, error) {
 	m := &Monitor{t: cfg.Transport, interval: cfg.Interval, peers: make(map[transport.PeerID]*peer),
 		log: cfg.Logger.With().Str("component", "liveness").Logger()}
 	m.ctx, m.stop = context.WithCancel(context.Background())
+	m.wg.Add(1)
+	go m.watchSelf()
 	return m, nil
+}
+
+// Stalled reports this process's latest stall: a time in which it could
+// not run for more than two heartbeat intervals, so it sent no heartbeats
+// either. A stopped process (SIGSTOP), one starved of CPU, or a machine
+// whose clock jumped stalls; its peers, hearing nothing, may declare it
+// gone, and on resuming it sees them as silent. end is when the stall
+// ended; d is 0 if there was none.
+func (m *Monitor) Stalled() (end time.Time, d time.Duration) {
+	if d = time.Duration(m.stallLen.Load()); d == 0 {
+		return time.Time{}, 0
+	}
+	return time.Unix(0, m.stallEnd.Load()), d
+}
+
+// watchSelf ticks every interval and records a tick that came more than
+// two intervals after the previous one as a stall.
+func (m *Monitor) watchSelf() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.interval)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-tick.C:
+		case <-m.ctx.Done():
+			return
+		}
+		now := time.Now()
+		if gap := now.Sub(last); gap > 2*m.interval {
+			m.stallEnd.Store(now.UnixNano())
+			m.stallLen.Store(int64(gap))
+		}
+		last = now
+	}
 }
 
 // Watch makes peers the watched set: peers not watched before count as
