@@ -141,9 +141,15 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	msg := string(bytes.TrimPrefix(line, []byte("memberlist: ")))
-	if strings.Contains(msg, "use of closed network connection") {
+	switch {
+	case strings.Contains(msg, "use of closed network connection"):
 		// A probe or gossip in flight as this node shut down: not news.
 		level = zerolog.DebugLevel
+	case level > zerolog.InfoLevel && strings.Contains(msg, "connection refused"):
+		// A member that left or died, as every member does at a job's
+		// end: gossip notices, and the data plane's heartbeats, not
+		// gossip, decide that a worker is lost. Not a warning.
+		level = zerolog.InfoLevel
 	}
 	if i := strings.LastIndex(msg, " from="); i >= 0 && level >= zerolog.WarnLevel {
 		remote := msg[i+len(" from="):]

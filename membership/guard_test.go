@@ -1,0 +1,35 @@
+package membership
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/floodlog"
+)
+
+// TestLogWriterLevels: memberlist's lines keep their level, except news
+// that is not the user's concern at warning level: a peer that went away
+// (every member does, at a job's end) and a node's own shutdown.
+func TestLogWriterLevels(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want zerolog.Level
+	}{
+		{"[WARN] memberlist: Was able to connect to 127.0.0.1:7946 over TCP but UDP probes failed", zerolog.WarnLevel},
+		{"[ERR] memberlist: Push/Pull with w-1 failed: dial tcp 127.0.0.1:7946: connect: connection refused", zerolog.InfoLevel},
+		{"[ERR] memberlist: Failed to send gossip to 127.0.0.1:7946: write: connection refused", zerolog.InfoLevel},
+		{"[ERR] memberlist: Failed to accept TCP connection: use of closed network connection", zerolog.DebugLevel},
+		{"[ERR] memberlist: Failed to push local state: no route to host", zerolog.ErrorLevel},
+		{"[DEBUG] memberlist: Stream connection from=127.0.0.1:5000", zerolog.DebugLevel},
+	} {
+		var out bytes.Buffer
+		zl := zerolog.New(&out).Level(zerolog.DebugLevel)
+		w := &logWriter{log: zl, flood: floodlog.New(floodlog.Config{Logger: zl})}
+		w.Write([]byte(tc.line + "\n"))
+		if want := `"level":"` + tc.want.String() + `"`; !bytes.Contains(out.Bytes(), []byte(want)) {
+			t.Errorf("%q logged as %s, want level %s", tc.line, out.String(), tc.want)
+		}
+	}
+}
