@@ -17,8 +17,8 @@ import (
 )
 
 // logsTo returns a logger that writes to t and to buf, at info level.
-func logsTo(t *testing.T, buf *transporttest.LogBuffer) zerolog.Logger {
-	return zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), buf)).Level(zerolog.InfoLevel)
+func logsTo(t *testing.T, buf *transporttest.LogBuffer) *zerolog.Logger {
+	return new(zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), buf)).Level(zerolog.InfoLevel))
 }
 
 // trainWhile trains the toy on every worker of ws, pacing iterations

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/secret"
@@ -85,7 +88,8 @@ var ErrConfig = errors.New("gyre: invalid config")
 type Config struct {
 	// Name identifies the worker to its peers and in its certificate.
 	// Default: the advertised data-plane address, or a random name when
-	// that address has port 0 (the port is only known after binding).
+	// that address has port 0 (the port is only known after binding) or
+	// the worker is alone, with no address at all.
 	Name string
 
 	// Transport is the data-plane transport: "quic" (default) or "tcp"
@@ -104,7 +108,8 @@ type Config struct {
 	// KeyFile is the path of the cluster secret written by `gyre keygen`.
 	KeyFile string
 	// Key is the hex-encoded cluster secret itself, an alternative to
-	// KeyFile. Exactly one of the two is required unless Insecure is set.
+	// KeyFile. A job of more than one worker needs exactly one of the
+	// two, unless Insecure is set; a worker alone needs neither.
 	Key string
 
 	// Listen is the gossip address, host:port, which memberlist binds
@@ -128,8 +133,10 @@ type Config struct {
 
 	// Peers is the static view: every worker's advertised data address, in
 	// rank order, as `gyre launch` (or an MPI-style launcher) passes it in
-	// GYRE_PEERS (`gyre launch --static`). Empty means this worker alone,
-	// or gossip membership with Seeds or Listen, whose view is live.
+	// GYRE_PEERS (`gyre launch --static`). Empty means gossip membership
+	// with Seeds or Listen, whose view is live, or else this worker alone:
+	// a job of one, which talks to no one, so it binds no port and needs
+	// no secret, and lone runs never collide.
 	Peers []string
 	// Rank is this worker's index in Peers. Default 0.
 	Rank int
@@ -231,14 +238,31 @@ type Config struct {
 	// means none.
 	Compress string
 
-	// Logger receives the runtime's structured logs. Default: the zero
-	// Logger, which discards everything.
-	Logger zerolog.Logger
+	// Logger receives the runtime's structured logs, each line with the
+	// worker's id and its current rank. Default (nil): warnings and errors
+	// on stderr, human-readable, so that a worker that cannot reach its
+	// seed or a peer says so at once. To see everything, pass a logger at
+	// info or debug level; to silence the runtime:
+	//
+	//	quiet := zerolog.Nop()
+	//	cfg.Logger = &quiet
+	Logger *zerolog.Logger
+}
+
+// logger returns Logger, or the default: warnings and errors on stderr.
+func (c Config) logger() zerolog.Logger {
+	if c.Logger != nil {
+		return *c.Logger
+	}
+	color := isatty.IsTerminal(os.Stderr.Fd())
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !color}).
+		Level(zerolog.WarnLevel).With().Timestamp().Logger()
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	gossip := c.Gossip()
+	addressless := c.lone() && c.DataAddr == ""
 	if c.Transport == "" {
 		c.Transport = DefaultTransport
 	}
@@ -311,8 +335,8 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Name == "" {
 		c.Name = c.AdvertisedData()
-		if _, port, err := net.SplitHostPort(c.DataAddr); err == nil && port == "0" {
-			c.Name = "w-" + rand.Text()[:12]
+		if _, port, err := net.SplitHostPort(c.DataAddr); err == nil && port == "0" || addressless {
+			c.Name = "w-" + rand.Text()[:12] // no address to name it by yet, or ever
 		}
 	}
 	return c
@@ -353,6 +377,7 @@ func (c Config) Validate() error { return c.validate(true) }
 // validate is Validate; needSecret is false when the caller brings its own
 // transport, and with it its own credentials.
 func (c Config) validate(needSecret bool) error {
+	raw := c
 	c = c.WithDefaults()
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -376,22 +401,27 @@ func (c Config) validate(needSecret bool) error {
 	if c.Key != "" && c.KeyFile != "" {
 		bad("give KeyFile or Key, not both")
 	}
-	if c.Key == "" && c.KeyFile == "" && !c.Insecure && needSecret && !c.Gossip() { // checkGossip says it for gossip
-		bad("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
+	if needSecret && !c.hasSecret() && len(c.Peers) > 0 { // checkGossip says it for gossip; a lone worker needs none
+		bad("%v", errNoSecret)
 	}
 	if c.Key != "" {
 		if _, err := secret.Parse(c.Key); err != nil {
 			bad("Key: %v", err)
 		}
 	}
-	if err := checkHostPort(c.DataAddr); err != nil {
-		bad("DataAddr %q: %v", c.DataAddr, err)
+	// A field derived from a bad one is not reported: only the root cause.
+	listenErr := checkHostPort(c.Listen)
+	if c.Listen != "" && listenErr != nil {
+		bad("Listen %q: %v", c.Listen, listenErr)
 	}
-	if err := checkHostPort(c.Listen); c.Listen != "" && err != nil {
-		bad("Listen %q: %v", c.Listen, err)
+	dataErr := checkHostPort(c.DataAddr)
+	if dataErr != nil && (raw.DataAddr != "" || !c.dataAddrFromBad(listenErr)) {
+		bad("DataAddr %q: %v", c.DataAddr, dataErr)
 	}
 	if strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil || c.Advertise == "" {
-		bad("Advertise %q: want a host only, such as 10.0.0.5; the ports follow Listen and DataAddr", c.Advertise)
+		if raw.Advertise != "" || dataErr == nil {
+			bad("Advertise %q: want a host only, such as 10.0.0.5; the ports follow Listen and DataAddr", c.Advertise)
+		}
 	}
 	if len(c.Name) > wire.MaxPeerID {
 		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
@@ -404,7 +434,7 @@ func (c Config) validate(needSecret bool) error {
 			bad("%v", err)
 		}
 	}
-	for _, err := range c.checkBatch() {
+	for _, err := range c.checkBatch(len(raw.Shares) > 0) {
 		bad("%v", err)
 	}
 	return errors.Join(errs...)
@@ -448,8 +478,20 @@ func (c Config) checkView() []error {
 var compressions = map[string]wire.DType{"": wire.DTypeBytes, "none": wire.DTypeBytes,
 	"bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16}
 
-// checkBatch checks the membership and batch fields.
-func (c Config) checkBatch() []error {
+// dataAddrFromBad reports whether the defaulted DataAddr came from an
+// address that is reported bad itself: Listen (listenErr) or this rank's
+// entry of Peers.
+func (c Config) dataAddrFromBad(listenErr error) bool {
+	if c.Rank >= 0 && c.Rank < len(c.Peers) {
+		return checkHostPort(c.Peers[c.Rank]) != nil
+	}
+	return c.Listen != "" && listenErr != nil
+}
+
+// checkBatch checks the membership and batch fields; userShares says
+// whether Shares were given rather than derived from GlobalBatch, whose
+// own check then covers them.
+func (c Config) checkBatch(userShares bool) []error {
 	var errs []error
 	if c.MaxWorkers < 1 || c.MaxWorkers > MaxView {
 		errs = append(errs, fmt.Errorf("MaxWorkers %d: want 1 to %d", c.MaxWorkers, MaxView))
@@ -498,6 +540,9 @@ func (c Config) checkBatch() []error {
 	}
 	if c.GlobalBatch < 1 {
 		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
+	}
+	if !userShares {
+		return errs
 	}
 	if len(c.Shares) != c.WorldSize {
 		return append(errs, fmt.Errorf("Shares lists %d workers, WorldSize is %d", len(c.Shares), c.WorldSize))
@@ -558,6 +603,14 @@ func checkHostPort(addr string) error {
 	}
 	return nil
 }
+
+// hasSecret reports whether c gives a cluster secret, or needs none.
+func (c Config) hasSecret() bool { return c.Key != "" || c.KeyFile != "" || c.Insecure }
+
+var errNoSecret = errors.New("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
+
+// lone reports whether c is a job of one: no static view, no gossip.
+func (c Config) lone() bool { return len(c.Peers) == 0 && !c.Gossip() }
 
 // Secret loads the cluster secret from Key or KeyFile. It returns the zero
 // Secret and no error when neither is set, which Validate allows only with
@@ -686,4 +739,14 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// rankHook adds the worker's current rank to every log line, as a view
+// change can move it; -1 (pending, or not joined yet) adds nothing.
+type rankHook struct{ rank *atomic.Int64 }
+
+func (h rankHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	if r := h.rank.Load(); r >= 0 {
+		e.Int64("rank", r)
+	}
 }

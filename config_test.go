@@ -21,8 +21,11 @@ func testKey(tb testing.TB) string {
 
 func TestWithDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
+	if !strings.HasPrefix(c.Name, "w-") {
+		t.Errorf("a lone worker with no address is named %q, want a random w-… name", c.Name)
+	}
 	want := Config{
-		Name:              "127.0.0.1:7947",
+		Name:              c.Name,
 		Transport:         TransportQUIC,
 		Stripes:           1,
 		MaxFrame:          DefaultMaxFrame,
@@ -77,7 +80,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults with key", Config{Key: key}, ""},
 		{"tcp insecure needs no key", Config{Transport: "tcp", Insecure: true}, ""},
-		{"no secret", Config{}, "cluster secret is required"},
+		{"a job of one needs no secret", Config{}, ""},
+		{"no secret", Config{Peers: peers3}, "cluster secret is required"},
 		{"quic insecure", Config{Key: key, Insecure: true}, "only available with the tcp"},
 		{"unknown transport", Config{Key: key, Transport: "udp"}, `Transport "udp"`},
 		{"too many stripes", Config{Key: key, Stripes: MaxStripes + 1}, "Stripes"},
@@ -148,7 +152,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidateReportsEveryFault(t *testing.T) {
-	err := Config{Transport: "x", Stripes: 99}.Validate()
+	err := Config{Transport: "x", Stripes: 99, Peers: []string{"127.0.0.1:1", "127.0.0.1:2"}}.Validate()
 	for _, want := range []string{"Transport", "Stripes", "secret"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Validate = %v, want it to mention %s", err, want)
@@ -234,5 +238,41 @@ func TestBalanceDefault(t *testing.T) {
 		if got := tt.c.WithDefaults().Balance; got != tt.want {
 			t.Errorf("%+v: Balance %q, want %q", tt.c, got, tt.want)
 		}
+	}
+}
+
+// TestValidateReportsOnlyTheRootCause: a field derived from a bad one is
+// not reported as well, so the user reads about the flag they set.
+func TestValidateReportsOnlyTheRootCause(t *testing.T) {
+	key := testKey(t)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string   // the one error
+		not  []string // fields derived from it
+	}{
+		{"negative batch", Config{Key: key, GlobalBatch: -5}, "GlobalBatch -5", []string{"Shares"}},
+		{"negative batch, static view", Config{Key: key, GlobalBatch: -5, Peers: []string{"127.0.0.1:1", "127.0.0.1:2"}},
+			"GlobalBatch -5", []string{"Shares"}},
+		{"bad listen", Config{Key: key, Listen: "nonsense"}, `Listen "nonsense"`, []string{"Advertise", "DataAddr"}},
+		{"bad peer", Config{Key: key, Peers: []string{"nonsense", "127.0.0.1:2"}}, `Peers[0] "nonsense"`, []string{"Advertise", "DataAddr"}},
+		// A derived address that is bad although its source is fine is
+		// still reported, naming the derived field.
+		{"listen at the last port", Config{Key: key, Listen: "127.0.0.1:65535"}, `DataAddr "127.0.0.1:65536"`, []string{"Advertise"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want an error mentioning %s", err, tt.want)
+			}
+			if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) != 1 {
+				t.Errorf("Validate reported %d errors, want only the root cause:\n%v", len(j.Unwrap()), err)
+			}
+			for _, n := range tt.not {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("Validate = %v; it should not mention %s, which follows from the root cause", err, n)
+				}
+			}
+		})
 	}
 }

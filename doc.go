@@ -46,6 +46,23 @@
 // whatever the shares. Tensors are fused into buckets by submission order
 // and size and sent while backward continues, as in PyTorch DDP.
 //
+// Metrics. Reduce sums, averages or takes the maximum or minimum of a few
+// float64 values over the view, each worker counting alike: a global loss
+// (reduce loss·bᵢ with ReduceSum and divide by B), an accuracy, the
+// slowest worker's time. Call it between Wait and Boundary on every
+// worker, since a boundary may change the view. Lost workers make Wait,
+// Reduce, AllGather64 and Boundary fail with a *PeerLostError naming the
+// rank, and collectives run on Comm with an error that matches
+// ErrPeerLost too.
+//
+// A worker alone (no Peers, Seeds or Listen) talks to no one: it binds no
+// port and needs no cluster secret, so a trainer runs unchanged on one
+// machine before it runs on many.
+//
+// Logs. With Config.Logger nil, warnings and errors go to stderr, so an
+// unreachable seed or a silent peer is reported at once; every line names
+// the worker's id and its current rank.
+//
 // Sampler. The data is an endless stream of seeded per-epoch permutations
 // (Config.RNGSeed, Config.DatasetSize); iteration k's global batch is
 // positions [k·B, (k+1)·B) of the stream, split by the shares in rank

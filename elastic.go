@@ -35,6 +35,9 @@ import (
 // another are never admitted. Version 2 added the admission handshake.
 const protocolVersion = 2
 
+// seedWarnEvery paces the warnings of a joiner that no seed answers.
+const seedWarnEvery = 10 * time.Second
+
 // admitPoll paces the admission rounds before iteration 0.
 const admitPoll = 100 * time.Millisecond
 
@@ -49,7 +52,7 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 	self := w.self()
 	w.node, err = membership.Start(membership.Config{Name: cfg.Name, Listen: cfg.Listen, Advertise: cfg.Advertise,
 		Key: sec.GossipKey(), Meta: w.nodeMeta(0, -1), Local: cfg.GossipTiming == GossipLocal,
-		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Logger: cfg.Logger})
+		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Logger: w.log})
 	if err != nil {
 		return err
 	}
@@ -119,6 +122,7 @@ func (w *Worker) nodeMeta(epoch uint64, rank int) membership.Meta {
 // joinSeeds joins gossip through the seeds, retrying while they start.
 // A seed that answers with another cluster secret fails at once.
 func (w *Worker) joinSeeds(ctx context.Context) error {
+	var warned time.Time
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.node.Join(actx, w.cfg.Seeds)
@@ -130,17 +134,20 @@ func (w *Worker) joinSeeds(ctx context.Context) error {
 			return fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
 				w.cfg.Seeds, err)
 		}
+		// A warning at once and then every seedWarnEvery: a seed may
+		// start after its joiners, but a wrong address should not wait
+		// out JoinTimeout in silence.
 		ev := w.log.Debug()
-		if attempt == 0 {
-			ev = w.log.Info() // once: a seed may well start after its joiners
+		if time.Since(warned) >= seedWarnEvery {
+			ev, warned = w.log.Warn(), time.Now()
 		}
 		deadline, _ := ctx.Deadline()
-		ev.Err(err).Time("until", deadline).Msg("no seed answers yet; retrying")
+		ev.Err(err).Strs("seeds", w.cfg.Seeds).Int("attempts", attempt+1).Time("until", deadline).
+			Msg("no seed answers yet; retrying")
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("gyre: no seed of %v answered before Join gave up (JoinTimeout %v, --join-timeout): %w; last attempt: %v",
-				w.cfg.Seeds, w.cfg.JoinTimeout, ctx.Err(), err)
+			return fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", w.cfg.Seeds, w.joinEnded(ctx), err)
 		}
 	}
 }
@@ -225,7 +232,7 @@ func (w *Worker) admit(ctx context.Context) (bool, error) {
 	case <-time.After(admitPoll):
 	case <-ctx.Done():
 		return false, fmt.Errorf("gyre: waiting for %d workers before iteration 0 (the view has %d): %w",
-			w.cfg.MinWorkers, w.Size(), ctx.Err())
+			w.cfg.MinWorkers, w.Size(), w.joinEnded(ctx))
 	}
 	vs := w.cur
 	rec := record{kind: kindAdmit, iter: w.iter, decision: w.decisionDigest()}
@@ -360,7 +367,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		return err
 	}
 	w.meta.publish(w.nodeMeta(epoch, rank))
-	ev := w.log.Info().Uint64("epoch", epoch).Int("rank", rank).Int("world", len(d.Members)).Int64("iter", w.iter)
+	ev := w.log.Info().Uint64("epoch", epoch).Int("world", len(d.Members)).Int64("iter", w.iter)
 	if len(d.Admitted) > 0 {
 		ev = ev.Strs("admitted", memberIDs(d.Admitted))
 	}
@@ -569,11 +576,7 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 			if len(inView) == 0 {
 				msg += w.protocolMismatch()
 			}
-			when := fmt.Sprintf("before Join's context ended (JoinTimeout %v, --join-timeout)", w.cfg.JoinTimeout)
-			if errors.Is(ctx.Err(), context.Canceled) {
-				when = "before Join was cancelled"
-			}
-			return welcome{}, fmt.Errorf("gyre: no boundary admitted this worker %s; %s: %w", when, msg, ctx.Err())
+			return welcome{}, fmt.Errorf("gyre: no boundary admitted this worker; %s: %w", msg, w.joinEnded(ctx))
 		}
 	}
 	hs.close() // admitted: nothing more to say on the join channel
@@ -643,7 +646,7 @@ func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) er
 		return err
 	}
 	w.meta.publish(w.nodeMeta(wel.Epoch, rank))
-	w.log.Info().Uint64("epoch", wel.Epoch).Int("rank", rank).Int("world", len(wel.Members)).Int64("iter", w.iter).
+	w.log.Info().Uint64("epoch", wel.Epoch).Int("world", len(wel.Members)).Int64("iter", w.iter).
 		Dur("since_join", time.Since(start)).Msg("admitted")
 	return nil
 }

@@ -53,3 +53,26 @@ func TestBindFlagsRejectsBadShares(t *testing.T) {
 		t.Fatalf("Parse = %v, want an error naming -1", err)
 	}
 }
+
+// TestFlagUsageNamesValueTypes: no usage string holds a back-quoted word,
+// which both flag packages would show as the value's name (--key-file
+// once read "--key-file gyre keygen" in --help).
+func TestFlagUsageNamesValueTypes(t *testing.T) {
+	var c Config
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.BindPFlags(fs)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if strings.Contains(f.Usage, "`") {
+			t.Errorf("--%s's usage %q holds a back-quote", f.Name, f.Usage)
+		}
+	})
+	usage := fs.FlagUsages()
+	if !strings.Contains(usage, "--key-file string") {
+		t.Errorf("--help shows --key-file without its type:\n%s", usage)
+	}
+	gfs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(gfs)
+	if name, _ := flag.UnquoteUsage(gfs.Lookup("key-file")); name != "string" {
+		t.Errorf("flag.UnquoteUsage names --key-file's value %q, want string", name)
+	}
+}

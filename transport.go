@@ -18,6 +18,9 @@ func NewTransport(cfg Config) (transport.Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if !cfg.hasSecret() {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, errNoSecret)
+	}
 	cfg = cfg.WithDefaults()
 	lim := wire.DefaultLimits()
 	lim.MaxFrame = uint32(cfg.MaxFrame)
@@ -25,7 +28,7 @@ func NewTransport(cfg Config) (transport.Transport, error) {
 	if cfg.Insecure {
 		// Validate allows Insecure only with tcp.
 		return tcp.New(tcp.Config{ID: id, Insecure: true, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, Logger: cfg.Logger})
+			Stripes: cfg.Stripes, Logger: cfg.logger()})
 	}
 	key, err := cfg.Secret()
 	if err != nil {
@@ -41,11 +44,11 @@ func NewTransport(cfg Config) (transport.Transport, error) {
 	}
 	if cfg.Transport == TransportTCP {
 		return tcp.New(tcp.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, Logger: cfg.Logger})
+			Stripes: cfg.Stripes, Logger: cfg.logger()})
 	}
 	// A reset key that is the same on every run lets a restarted worker
 	// reset its peers' stale connections at once.
 	resetKey := key.ResetKey(cfg.Name)
 	return quic.New(quic.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-		Stripes: cfg.Stripes, Logger: cfg.Logger, ResetKey: &resetKey})
+		Stripes: cfg.Stripes, Logger: cfg.logger(), ResetKey: &resetKey})
 }

@@ -102,7 +102,7 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 
 // ringConfig is the configuration of vs's communicators.
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
-	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.log,
+	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.plain,
 		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
 		InitialBandwidth: bandwidth}
 }

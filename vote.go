@@ -24,8 +24,10 @@ import (
 var (
 	// ErrIterationFailed is matched by every *IterationError.
 	ErrIterationFailed = errors.New("gyre: iteration failed")
-	// ErrPeerLost is matched by every *PeerLostError.
-	ErrPeerLost = errors.New("gyre: worker lost")
+	// ErrPeerLost is matched by every *PeerLostError, and by the
+	// ring.PeerLostError of a collective run on Comm: it is
+	// ring.ErrPeerLost.
+	ErrPeerLost = ring.ErrPeerLost
 )
 
 // IterationError reports an iteration in which at least one worker's
@@ -76,6 +78,14 @@ type PeerLostError struct {
 	Rank int
 	Peer transport.PeerID
 	Err  error
+	// Unresponsive, if not zero, is how long this worker itself could not
+	// run during the iteration, longer than PeerTimeout: it was stopped
+	// (SIGSTOP), starved of CPU, or its clock jumped. Its peers will then
+	// have declared it lost, and Rank is only the peer it heard from
+	// least on resuming.
+	Unresponsive time.Duration
+	// PeerTimeout is the worker's Config.PeerTimeout, for the message.
+	PeerTimeout time.Duration
 }
 
 func (e *PeerLostError) Error() string {
@@ -83,7 +93,17 @@ func (e *PeerLostError) Error() string {
 	if e.Iter < 0 {
 		when = "during Join"
 	}
-	return fmt.Sprintf("gyre: lost rank %d (%s) %s: %v", e.Rank, e.Peer, when, e.Err)
+	cause := e.Err
+	if rl := (*ring.PeerLostError)(nil); errors.As(cause, &rl) && rl.Peer == e.Peer {
+		cause = rl.Err // the ring named the same rank: say it once
+	}
+	if e.Unresponsive > 0 {
+		return fmt.Sprintf("gyre: this worker was unresponsive for %v %s, longer than PeerTimeout %v "+
+			"(stopped, starved of CPU, or its clock jumped), so its peers will have declared it lost; "+
+			"on resuming it found rank %d (%s) silent: %v",
+			e.Unresponsive.Round(time.Millisecond), when, e.PeerTimeout, e.Rank, e.Peer, cause)
+	}
+	return fmt.Sprintf("gyre: lost rank %d (%s) %s: %v", e.Rank, e.Peer, when, cause)
 }
 
 // Is matches ErrPeerLost.
@@ -226,7 +246,7 @@ func (w *Worker) lost(vs *viewState, iter int64, err error) error {
 	}
 	if errors.Is(err, transport.ErrPeerGone) {
 		if r, p, ok := w.blame(vs, err); ok {
-			return &PeerLostError{Iter: iter, Rank: r, Peer: p, Err: err}
+			return w.peerLostError(iter, r, p, err)
 		}
 	}
 	if iter < 0 {

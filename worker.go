@@ -2,6 +2,7 @@ package gyre
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/gyre-ml/gyre/membership"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
 )
 
 // Errors returned by Worker.
@@ -150,8 +152,12 @@ func WithDevice(probe func() (kernels.Device, bool)) Option {
 // iteration; they are not safe for concurrent use. Handle.Wait and Close
 // are safe from any goroutine.
 type Worker struct {
-	cfg     Config
+	cfg Config
+	// log carries the worker's id and current rank (rank, for setView);
+	// plain carries the id only, for the ring, which adds its own rank.
 	log     zerolog.Logger
+	plain   zerolog.Logger
+	rank    *atomic.Int64
 	t       transport.Transport
 	ownT    bool
 	live    *liveness.Monitor // heartbeats with the view's members, for the whole worker's life
@@ -224,8 +230,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	// A given transport brings its own credentials.
-	if err := cfg.validate(o.t == nil); err != nil {
+	// A given transport brings its own credentials; a lone worker needs
+	// none, as it talks to no one.
+	if err := cfg.validate(o.t == nil && !cfg.lone()); err != nil {
 		return nil, err
 	}
 	gossip := cfg.Gossip()
@@ -243,15 +250,21 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if o.device == nil {
 		o.device = localGPU(cfg.LocalRank)
 	}
-	w := &Worker{device: o.device, cfg: cfg, log: cfg.Logger.With().Str("component", "worker").Str("id", cfg.Name).Logger(),
-		t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
+	// Every line carries the worker's current rank (the transports add
+	// its id themselves); the ring's Comm adds the rank of its own view.
+	rank := new(atomic.Int64)
+	rank.Store(-1)
+	hooked := cfg.logger().Hook(rankHook{rank})
+	cfg.Logger = &hooked
+	w := &Worker{device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+		plain: cfg.logger().With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
 		dialled: map[transport.PeerID]string{}}
 	// A worker on a device (a GPU) fits the device's flat-then-linear
 	// time model.
 	_, w.est.Flat = w.device()
 	w.life, w.stop = context.WithCancel(context.Background())
 	if w.t == nil {
-		if w.t, err = NewTransport(cfg); err != nil {
+		if w.t, err = w.newTransport(); err != nil {
 			return nil, err
 		}
 		w.ownT = true
@@ -265,9 +278,10 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 			w.Close()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.JoinTimeout,
+		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, cfg.JoinTimeout, context.DeadlineExceeded))
 	defer cancel()
-	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: cfg.Logger}); err != nil {
+	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: w.log}); err != nil {
 		return nil, err
 	}
 	if gossip {
@@ -279,9 +293,37 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	w.nextCheck, w.lastVote = w.iter, time.Now()
-	w.log.Info().Int("world", w.Size()).Int("rank", w.Rank()).Uint64("epoch", w.cur.view.Epoch).Int64("iter", w.iter).Msg("joined")
+	w.log.Info().Int("world", w.Size()).Uint64("epoch", w.cur.view.Epoch).Int64("iter", w.iter).Msg("joined")
 	joined = true
 	return w, nil
+}
+
+// newTransport builds the worker's own transport: for a job of one, an
+// in-process one, which binds no port and needs no secret, so that lone
+// runs never collide; else the data plane cfg asks for.
+func (w *Worker) newTransport() (transport.Transport, error) {
+	if w.cfg.lone() {
+		return mem.NewNetwork(0).Join(transport.PeerID(w.cfg.Name))
+	}
+	return NewTransport(w.cfg)
+}
+
+// errJoinTimedOut marks the cause of Join's context when JoinTimeout ends
+// it. The cause also matches context.DeadlineExceeded, since the
+// transports report a context's cause.
+var errJoinTimedOut = errors.New("JoinTimeout passed")
+
+// joinEnded says why Join's wait ended, once ctx has: JoinTimeout, or the
+// caller's context, cancelled (as on SIGTERM) or past its own deadline. It
+// wraps ctx.Err().
+func (w *Worker) joinEnded(ctx context.Context) error {
+	switch {
+	case errors.Is(context.Cause(ctx), errJoinTimedOut):
+		return fmt.Errorf("Join gave up after JoinTimeout %v (--join-timeout): %w", w.cfg.JoinTimeout, ctx.Err())
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("Join was cancelled while it waited: %w", ctx.Err())
+	}
+	return fmt.Errorf("Join's context reached its deadline before JoinTimeout %v: %w", w.cfg.JoinTimeout, ctx.Err())
 }
 
 // joinStatic joins the static view of cfg.Peers, in which a worker's name
@@ -389,6 +431,7 @@ func (w *Worker) setView(vs *viewState) {
 	old := w.cur
 	w.cur = vs
 	w.mu.Unlock()
+	w.rank.Store(int64(vs.rank))
 	w.adm.setView(vs.members)
 	if old != nil {
 		old.close()
@@ -440,12 +483,65 @@ func (w *Worker) agree(ctx context.Context) error {
 				ErrDiverged, r+1, vs.ids[r+1], settingNames(w.settings()), vs.ids[0]))
 		}
 	}
+	if len(errs) > 0 {
+		// Every worker holds the same table, so all gather alike; the
+		// digests' verdict stands if the gather fails.
+		if named, err := w.differences(ctx, vs); err != nil {
+			w.log.Debug().Err(err).Msg("could not gather the settings to name the difference")
+		} else if len(named) > 0 {
+			errs = named
+		}
+	}
 	if err := w.settle(ctx, vs, errors.Join(errs...)); err != nil {
 		return err
 	}
 	w.capShares(recs)
 	return nil
 }
+
+// differences gathers every worker's settings and state layout and names,
+// for each rank that differs from rank 0, the first difference with both
+// values: the field or tensor the user must fix, not a list of suspects.
+func (w *Worker) differences(ctx context.Context, vs *viewState) ([]error, error) {
+	own, err := json.Marshal(w.fitting())
+	if err != nil {
+		return nil, err
+	}
+	n := len(vs.ids)
+	lens := make([]int64, n)
+	lens[vs.rank] = int64(len(own))
+	if err := ring.AllGather(ctx, vs.ctrl, lens); err != nil {
+		return nil, err
+	}
+	width := slices.Max(lens)
+	if width > maxFittingBytes {
+		return nil, fmt.Errorf("a worker's settings take %d bytes, more than %d", width, maxFittingBytes)
+	}
+	table := make([]byte, n*int(width))
+	copy(table[vs.rank*int(width):], own)
+	if err := vs.ctrl.AllGather(ctx, wire.DTypeBytes, table); err != nil {
+		return nil, err
+	}
+	fits := make([]fitting, n)
+	for r := range fits {
+		at := r * int(width)
+		if err := json.Unmarshal(table[at:at+int(lens[r])], &fits[r]); err != nil {
+			return nil, fmt.Errorf("rank %d's settings: %w", r, err)
+		}
+	}
+	var errs []error
+	for r := 1; r < n; r++ {
+		if m := misfitOf(fits[0], fits[r]); m != nil {
+			errs = append(errs, fmt.Errorf("%w: rank %d (%s) differs from rank 0 (%s) in %s: %s at rank %d, %s at rank 0",
+				ErrDiverged, r, vs.ids[r], vs.ids[0], m.What, m.Joiner, r, m.Job))
+		}
+	}
+	return errs, nil
+}
+
+// maxFittingBytes bounds a worker's encoded fitting, which describes at
+// most maxDescribed tensors.
+const maxFittingBytes = 1 << 20
 
 // confirm makes the outcome of the state broadcast known to every worker,
 // the root included, whose part of a broadcast can end before the others
@@ -649,10 +745,8 @@ func (w *Worker) Wait(ctx context.Context) error {
 	if first != nil && w.failed == nil {
 		w.failed = first
 	}
-	if first != nil && errors.Is(first, transport.ErrPeerGone) {
-		if r, p, ok := w.blame(w.cur, first); ok {
-			return &PeerLostError{Iter: w.iter, Rank: r, Peer: p, Err: first}
-		}
+	if lost := w.peerLost(w.cur, first); lost != nil {
+		return lost
 	}
 	return first
 }
@@ -788,13 +882,83 @@ func (w *Worker) AllGather64(ctx context.Context, row []float64) ([][]float64, e
 	table := make([]float64, n*k)
 	copy(table[vs.rank*k:], row)
 	if err := ring.AllGather(ctx, vs.data, table); err != nil {
-		return nil, fmt.Errorf("gyre: allgather: %w", err)
+		return nil, w.collectiveErr(vs, "allgather", err)
 	}
 	rows := make([][]float64, n)
 	for r := range rows {
 		rows[r] = table[r*k : (r+1)*k : (r+1)*k]
 	}
 	return rows, nil
+}
+
+// ReduceOp combines the values of Reduce.
+type ReduceOp uint8
+
+// Reduce's operations.
+const (
+	ReduceSum ReduceOp = iota + 1
+	// ReduceMean is the plain mean over workers, each counting alike;
+	// for a mean over samples, reduce value·Batch().Count with ReduceSum
+	// and divide by the global batch.
+	ReduceMean
+	ReduceMax
+	ReduceMin
+)
+
+var reduceOps = map[ReduceOp]wire.Op{ReduceSum: wire.OpSum, ReduceMean: wire.OpAvg, ReduceMax: wire.OpMax, ReduceMin: wire.OpMin}
+
+// Reduce combines a few float64 values across the view, in place, so
+// that every worker ends with the same result: a global loss or
+// accuracy, a count, the slowest worker's time. Unlike AllReduceAsync it
+// does not weigh by share. Every worker passes the same number of values
+// and the same op, with no gradients pending. A lost worker fails it with
+// a *PeerLostError.
+func (w *Worker) Reduce(ctx context.Context, op ReduceOp, vals []float64) error {
+	wop, ok := reduceOps[op]
+	if !ok {
+		return fmt.Errorf("gyre: Reduce: unknown op %d", op)
+	}
+	if err := w.idle(); err != nil {
+		return err
+	}
+	vs := w.cur
+	if err := ring.AllReduce(ctx, vs.data, wop, vals); err != nil {
+		return w.collectiveErr(vs, "reduce", err)
+	}
+	return nil
+}
+
+// collectiveErr names the lost worker of a failed collective outside the
+// gradient path with a *PeerLostError, as Wait does, or says which
+// collective failed.
+func (w *Worker) collectiveErr(vs *viewState, what string, err error) error {
+	if lost := w.peerLost(vs, err); lost != nil {
+		return lost
+	}
+	return fmt.Errorf("gyre: %s: %w", what, err)
+}
+
+// peerLost returns the *PeerLostError naming the member blamed for err,
+// or nil if err is not a lost peer's.
+func (w *Worker) peerLost(vs *viewState, err error) error {
+	if err == nil || !errors.Is(err, transport.ErrPeerGone) {
+		return nil
+	}
+	if r, p, ok := w.blame(vs, err); ok {
+		return w.peerLostError(w.iter, r, p, err)
+	}
+	return nil
+}
+
+// peerLostError builds the *PeerLostError for rank r, saying so if this
+// worker itself stalled for longer than PeerTimeout since the previous
+// boundary ended: then the peers lost it, not it them.
+func (w *Worker) peerLostError(iter int64, r int, p transport.PeerID, err error) *PeerLostError {
+	e := &PeerLostError{Iter: iter, Rank: r, Peer: p, Err: err, PeerTimeout: w.cfg.PeerTimeout}
+	if end, d := w.live.Stalled(); d > w.cfg.PeerTimeout && end.After(w.lastVote) {
+		e.Unresponsive = d
+	}
+	return e
 }
 
 // Comm returns the current view's communicator, for unweighted

@@ -230,7 +230,7 @@ func openLink(ctx context.Context, newTransport TransportFactory, key string, na
 		Key:       s.Hex(),
 		Listen:    "127.0.0.1:0",
 		DataAddr:  "127.0.0.1:0",
-		Logger:    log.With().Str("link", key).Logger(),
+		Logger:    new(log.With().Str("link", key).Logger()),
 	}
 	t, err := newTransport(cfg)
 	if err != nil {

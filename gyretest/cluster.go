@@ -114,7 +114,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 	defer cancel()
 	var wg sync.WaitGroup
 	for r := range o.N {
-		cfg := gyre.Config{Key: c.key, Peers: peers, Rank: r, Transport: o.Transport, Logger: transporttest.Logger(tb)}
+		cfg := gyre.Config{Key: c.key, Peers: peers, Rank: r, Transport: o.Transport, Logger: new(transporttest.Logger(tb))}
 		if o.Gossip {
 			cfg = c.gossipConfig(tb, r, peers[r], c.GossipAddrs[r], nil)
 			cfg.MinWorkers = o.N
@@ -194,7 +194,7 @@ func freePorts(tb testing.TB, n int) []string {
 // starts the job, the others join through seeds (default: worker 0).
 func (c *Cluster) gossipConfig(tb testing.TB, r int, data, listen string, seeds []string) gyre.Config {
 	cfg := gyre.Config{Key: c.key, Transport: c.o.Transport, Listen: listen, DataAddr: data, Name: data,
-		GossipTiming: gyre.GossipLocal, Logger: transporttest.Logger(tb)}
+		GossipTiming: gyre.GossipLocal, Logger: new(transporttest.Logger(tb))}
 	if r > 0 {
 		cfg.Seeds = seeds
 		if seeds == nil {

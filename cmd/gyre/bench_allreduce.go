@@ -40,10 +40,11 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 		Use:   "allreduce",
 		Short: "Measure allreduce across local workers, as nccl-tests does",
 		Long: "allreduce times Gyre's allreduce over -n local workers started as by\n" +
-			"`gyre launch`, and prints the same table as nccl-tests and the peers in\n" +
-			"../shared/peers: size_bytes, count, median and minimum time of the\n" +
-			"slowest rank, algbw = size/time, busbw = algbw*2(n-1)/n, iterations and\n" +
-			"a check of every element of the first allreduce per size.\n" +
+			"`gyre launch`, and prints the same table as nccl-tests and the reference\n" +
+			"peers (Gloo, Open MPI; bench/compare-allreduce.sh): size_bytes, count,\n" +
+			"median and minimum time of the slowest rank, algbw = size/time,\n" +
+			"busbw = algbw*2(n-1)/n, iterations and a check of every element of the\n" +
+			"first allreduce per size.\n" +
 			"Each timed iteration is: barrier; t0; allreduce; t1.\n" +
 			"The ring runs in the order the job's view chose (--ring-order), which the\n" +
 			"report's header gives.\n" +
@@ -200,7 +201,7 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	if err != nil {
 		return err
 	}
-	cfg.Logger = c.log
+	cfg.Logger = &c.log
 	if fl.ringOrder != "" {
 		cfg.RingOrder = fl.ringOrder
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/mlp"
-	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/internal/train"
 )
 
@@ -103,20 +102,7 @@ func (c *cli) workerConfig(fs *pflag.FlagSet) (gyre.Config, error) {
 	if len(errs) > 0 {
 		return cfg, errs[0]
 	}
-	if len(cfg.Peers) == 0 && !cfg.Gossip() {
-		// A lone worker: any free port, and a secret of its own.
-		if cfg.DataAddr == "" {
-			cfg.DataAddr = "127.0.0.1:0"
-		}
-		if cfg.Key == "" && cfg.KeyFile == "" && !cfg.Insecure {
-			s, err := secret.Generate()
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Key = s.Hex()
-		}
-	}
-	cfg.Logger = c.log
+	cfg.Logger = &c.log
 	return cfg, nil
 }
 

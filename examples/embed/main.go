@@ -42,7 +42,7 @@ func main() {
 	flag.Parse()
 
 	ctx := context.Background()
-	weights, grad, x := make([]float64, dim), make([]float64, dim+1), make([]float64, dim)
+	weights, grad, x := make([]float64, dim), make([]float64, dim), make([]float64, dim)
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(gyre.NewState().Float64("weights", weights)))
 	if err != nil {
 		log.Fatal(err)
@@ -60,6 +60,7 @@ func main() {
 	for w.Iter() < *iters {
 		b := w.Batch() // this worker's share of the global batch
 		clear(grad)
+		loss := 0.0 // summed over this worker's samples
 		for _, i := range b.Indices {
 			residual := -sample(i, x)
 			for j := range x {
@@ -68,28 +69,40 @@ func main() {
 			for j := range x {
 				grad[j] += residual * x[j] / float64(len(b.Indices)) // local mean gradient
 			}
-			grad[dim] += residual * residual / 2 / float64(len(b.Indices)) // and loss, averaged alike
+			loss += residual * residual / 2
 		}
 		w.AllReduceAsync64(ctx, "grad", grad) // becomes the global mean
 		if err := w.Wait(ctx); err != nil {
 			log.Fatal(err)
 		}
+		if (b.Iter+1)%50 == 0 {
+			// Every worker of the iteration reports, before the boundary
+			// that may change the view: the global mean loss is the sum
+			// over all samples over the global batch.
+			sum := []float64{loss}
+			if err := w.Reduce(ctx, gyre.ReduceSum, sum); err != nil {
+				log.Fatal(err)
+			}
+			if w.Rank() == 0 {
+				fmt.Printf("iter %d loss %.5f\n", b.Iter+1, sum[0]/float64(b.Global))
+			}
+		}
 		for j := range weights {
 			weights[j] -= 0.05 * grad[j]
 		}
-		change, err := w.Boundary(ctx)
+		change, err := w.Boundary(ctx) // agree on the next iteration
 		if err != nil {
 			log.Fatal(err)
 		}
+		if change.Redo {
+			continue // the state was restored: run the iteration again
+		}
 		if change.Left {
 			fmt.Printf("left the job after iteration %d\n", change.Iter-1)
-			return
+			return // RequestLeave was honoured: out of the job
 		}
-		if err := w.Commit(); err != nil {
+		if err := w.Commit(); err != nil { // the point Restore returns to
 			log.Fatal(err)
-		}
-		if w.Rank() == 0 && w.Iter()%50 == 0 {
-			fmt.Printf("iter %d loss %.5f\n", w.Iter(), grad[dim])
 		}
 	}
 	if err := w.Leave(ctx); err != nil {

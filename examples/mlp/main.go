@@ -93,13 +93,24 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 		for _, layer := range late {
 			w.AllReduceAsync64(ctx, fmt.Sprint("grad", layer), model.Grads()[layer])
 		}
-		w.AllReduceAsync64(ctx, "loss", loss) // the global mean loss, for the report
-
 		t := time.Now()
 		if err := w.Wait(ctx); err != nil {
 			return err
 		}
 		waited += time.Since(t)
+		report := (b.Iter+1)%evalEvery == 0 || b.Iter+1 == iters
+		if report {
+			// The global mean loss: each worker's mean weighted by its
+			// share. Every worker of the iteration reduces, before the
+			// boundary, which may change the view.
+			loss[0] *= float64(b.Share) / float64(b.Global)
+			if b.Share == 0 {
+				loss[0] = 0 // the mean of no samples is NaN
+			}
+			if err := w.Reduce(ctx, gyre.ReduceSum, loss); err != nil {
+				return err
+			}
+		}
 		end = w.StartSpan(gyre.SpanStep)
 		if err := opt.Step(model.Params(), model.Grads()); err != nil {
 			return err
@@ -112,10 +123,13 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 		if change.Redo {
 			continue // the last commit was restored: run the iteration again
 		}
+		if change.Left {
+			return nil // RequestLeave was honoured: out of the job
+		}
 		if err := w.Commit(); err != nil {
 			return err
 		}
-		if w.Iter()%evalEvery == 0 || w.Iter() == iters {
+		if report {
 			// Every worker evaluates the same samples with the same weights,
 			// so all of them stop at the same iteration.
 			acc = model.AccuracyOn(testX, testLabels)

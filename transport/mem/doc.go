@@ -1,4 +1,6 @@
 // Package mem is an in-process Transport for fast tests and fault injection.
+// Package gyre also gives it to a worker alone, a job of one, which then
+// binds no port and needs no secret.
 //
 // A Network stands for the wires between in-process workers: each worker
 // joins it under its PeerID and gets a Transport, and the ring, the boundary
