@@ -2,8 +2,10 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -48,10 +50,23 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"the key file, so that more workers (gyre train --seed) and gyre members\n" +
 			"can reach the job. --static gives every rank a fixed peer list instead.\n" +
 			"CMD may be a gyre subcommand (`launch -n 4 -- train` runs this binary)\n" +
-			"or any program that embeds Gyre. Output is prefixed with the rank. The\n" +
-			"cluster secret is ephemeral unless --key-file is given. A rank that\n" +
-			"exits 0 (it left) lets the others go on; if a rank fails, the others are\n" +
-			"stopped and launch exits with the failed rank's status, naming it.",
+			"or any program that embeds Gyre. The cluster secret is ephemeral unless\n" +
+			"--key-file is given.\n\n" +
+			"Output: each line is prefixed with [N]. [N] is the launch index; the\n" +
+			"rank can change after a view change, and log lines carry rank= (and\n" +
+			"id=). The workers log warnings and errors only, so that train shows\n" +
+			"its table and a line per event (joined, view changed, lost); --log-level\n" +
+			"info shows the runtime's every step. Their logs are console lines on a\n" +
+			"terminal and JSON on a pipe; --log-format json keeps JSON.\n\n" +
+			"Failure: a worker that exits 0 (it left) lets the others go on. When one\n" +
+			"fails, the others get --grace to exit on their own and report what they\n" +
+			"saw (a lost rank, the odd rank of a divergence); then those still\n" +
+			"running get SIGTERM, and SIGKILL after --grace more. launch names the\n" +
+			"rank the failed workers' reports name, if they agree on one, and the\n" +
+			"worker that failed first.\n\n" +
+			"Exit status: 0 when every worker exits 0; else the status of the worker\n" +
+			"that failed first, or 128+signal if a signal killed it, as shells do\n" +
+			"(137 for SIGKILL); 1 for launch's own errors.",
 		Example: "  gyre launch -n 4 -- bench allreduce\n" +
 			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
 		Args: cobra.MinimumNArgs(1),
@@ -87,9 +102,10 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 	f.BoolVar(&j.insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
 	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
 	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
-	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log")
+	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log, N its launch index")
 	f.DurationVar(&j.grace, "grace", launch.DefaultGrace,
-		"how long workers get to leave after SIGTERM before SIGKILL; longer than an iteration, or they are killed mid-iteration")
+		"after a worker fails, how long the others get to report before SIGTERM, and then to leave before SIGKILL; "+
+			"longer than an iteration and the peer timeout")
 	f.BoolVar(&j.static, "static", false, "give the workers a fixed peer list (GYRE_PEERS) instead of a gossip seed")
 }
 
@@ -126,28 +142,67 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	}
 	defer cleanup()
 	base = base.WithDefaults()
-	logs := []string{envLogLevel + "=" + c.logLevel, envLogFormat + "=" + c.logFormat}
+	logs := c.workerLogs(cmd.ErrOrStderr())
 	insecure := map[bool]string{true: " (insecure)"}[base.Insecure]
-	var env func(int) []string
+	var (
+		env   func(int) []string
+		ready func(context.Context) error
+	)
 	if j.static {
 		env = rankEnv(c.env.environ(), base, keyPath, logs, staticEnv(peers))
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, static peers %s, key file %s\n",
 			j.n, base.Transport, insecure, strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
 	} else {
 		env = rankEnv(c.env.environ(), base, keyPath, logs, gossipEnv(peers, gossip))
+		ready = listening(gossip[0])
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, seed %s, key file %s\n",
 			j.n, base.Transport, insecure, gossip[0], keyDesc(keyPath, j.keyFile))
 	}
 	err = launch.Run(cmd.Context(), launch.Options{
 		N: j.n, Argv: argv, Env: env,
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
-		LogDir: j.logDir, Grace: j.grace, Logger: c.log,
+		LogDir: j.logDir, Grace: j.grace, IDs: peers, FirstReady: ready, Logger: c.log,
 	})
 	var re *launch.RankError
 	if errors.As(err, &re) {
-		return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the other workers were stopped", err)}
+		return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the workers still running were stopped", err)}
 	}
 	return err
+}
+
+// workerLogs returns the log settings for the workers: warnings and
+// errors unless the user chose a level, since the runtime's info lines
+// (a dozen per worker at the start) would bury the trainer's own output;
+// and on a terminal, console lines rather than JSON, since the workers
+// write to a pipe.
+func (c *cli) workerLogs(stderr io.Writer) []string {
+	level, format := c.logLevel, c.logFormat
+	if !c.logLevelSet {
+		level = "warn"
+	}
+	if strings.EqualFold(format, "auto") && isTerminal(stderr) {
+		format = "console"
+	}
+	return []string{envLogLevel + "=" + level, envLogFormat + "=" + format}
+}
+
+// listening returns a wait until something accepts TCP connections at
+// addr: the seed's gossip, before its joiners dial it.
+func listening(addr string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		for {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				return conn.Close()
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
 }
 
 func portOf(addr string) int {

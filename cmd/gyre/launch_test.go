@@ -119,8 +119,60 @@ func TestLaunchKeyFileAndInsecure(t *testing.T) {
 func TestLaunchStopsTheJobWhenAWorkerFails(t *testing.T) {
 	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", `[ "$GYRE_LOCAL_RANK" = 1 ] && exit 7; exec sleep 30`)
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.Contains(err.Error(), "rank 1") {
-		t.Fatalf("launch = %v, want exit status 7 naming rank 1\n%s", err, stderr)
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.Contains(err.Error(), "worker [1] failed first, exit status 7") {
+		t.Fatalf("launch = %v, want exit status 7 naming worker [1]\n%s", err, stderr)
+	}
+}
+
+// TestLaunchReportsTheRankAtFault: worker [3] is killed by a signal; the
+// others get the grace period to report, their reports reach the output,
+// the error names the rank they name, and the status is 128+9, as a
+// shell's.
+func TestLaunchReportsTheRankAtFault(t *testing.T) {
+	script := `case $GYRE_LOCAL_RANK in
+	3) kill -9 $$ ;;
+	0|1) sleep 0.3; echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
+	*) exec sleep 30 ;;
+	esac`
+	_, stderr, err := launchLines(t, nil, "-n", "4", "--static", "--grace", "1s", "--", "sh", "-c", script)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+		t.Fatalf("launch = %v, want exit status 137\n%s", err, stderr)
+	}
+	for _, want := range []string{"the reports of workers [0] [1] name rank 3: gyre: lost rank 3", "worker [3] failed first, killed by signal 9"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("launch = %v, want it to say %q", err, want)
+		}
+	}
+	if !strings.Contains(stderr, "[0] Error: gyre: lost rank 3") || !strings.Contains(stderr, "[1] Error: gyre: lost rank 3") {
+		t.Fatalf("the workers' reports were not printed:\n%s", stderr)
+	}
+}
+
+// TestLaunchWorkersLogWarnings: the workers log warnings and errors
+// unless the user gives a level.
+func TestLaunchWorkersLogWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "[0] warn"},
+		{[]string{"--log-level", "info"}, "[0] info"},
+		{[]string{"--log-level", "debug"}, "[0] debug"},
+	} {
+		args := append(tc.args, "launch", "-n", "1", "--", "sh", "-c", `echo $GYRE_LOG_LEVEL`)
+		out, stderr, err := run(t, testEnv(nil), args...)
+		if err != nil || strings.TrimSpace(out) != tc.want {
+			t.Fatalf("%v: workers saw %q (%v), want %q\n%s", tc.args, out, err, tc.want, stderr)
+		}
+	}
+	help, _, _ := run(t, testEnv(nil), "launch", "--help")
+	help = strings.Join(strings.Fields(help), " ")
+	for _, want := range []string{"[N] is the launch index; the rank can change after a view change, and log lines carry rank=",
+		"128+signal", "--grace"} {
+		if !strings.Contains(help, want) {
+			t.Fatalf("launch --help does not say %q:\n%s", want, help)
+		}
 	}
 }
 

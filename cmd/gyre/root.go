@@ -28,7 +28,10 @@ type cli struct {
 	env       env
 	logLevel  string
 	logFormat string
-	log       zerolog.Logger
+	// logLevelSet says --log-level or GYRE_LOG_LEVEL gave logLevel, so
+	// that launch can tell the user's level from the default.
+	logLevelSet bool
+	log         zerolog.Logger
 }
 
 func newRootCmd(e env) *cobra.Command {
@@ -48,7 +51,14 @@ func newRootCmd(e env) *cobra.Command {
 			}{{"log-level", envLogLevel, &c.logLevel}, {"log-format", envLogFormat, &c.logFormat}} {
 				if v, ok := e.lookup(s.env); ok && v != "" && !cmd.Flags().Changed(s.flag) {
 					*s.dst = v
+					c.logLevelSet = c.logLevelSet || s.flag == "log-level"
 				}
+			}
+			c.logLevelSet = c.logLevelSet || cmd.Flags().Changed("log-level")
+			if !c.logLevelSet && cmd.Name() == "train" {
+				// train prints its table and a line per event; the
+				// runtime's info lines would bury them.
+				c.logLevel = "warn"
 			}
 			log, err := newLogger(cmd.ErrOrStderr(), c.logLevel, c.logFormat)
 			if err != nil {
@@ -59,7 +69,7 @@ func newRootCmd(e env) *cobra.Command {
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (gyre train and launch's workers: warn unless given)")
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "auto", "log format: auto (console on a terminal, else JSON), json or console")
 	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c), newMembersCmd(c))
 	return root

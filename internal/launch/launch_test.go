@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestRunStopsTheOthersWhenARankFails(t *testing.T) {
 	start := time.Now()
 	_, _, err := runSh(t, 4, `if [ "$RANK" = 2 ]; then sleep 0.2; exit 3; fi; exec sleep 30`, nil)
 	var re *RankError
-	if !errors.As(err, &re) || re.Rank != 2 || re.Code != 3 || re.ExitCode() != 3 {
+	if !errors.As(err, &re) || re.Index != 2 || re.Code != 3 || re.ExitCode() != 3 || re.Named != -1 {
 		t.Fatalf("Run = %v, want rank 2 failing with status 3", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
@@ -93,11 +94,122 @@ func TestRunKillsRanksThatIgnoreSIGTERM(t *testing.T) {
 	start := time.Now()
 	_, _, err := runSh(t, 2, `trap "" TERM; if [ "$RANK" = 0 ]; then exit 5; fi; while :; do sleep 0.1; done`, nil)
 	var re *RankError
-	if !errors.As(err, &re) || re.Rank != 0 || re.Code != 5 {
+	if !errors.As(err, &re) || re.Index != 0 || re.Code != 5 {
 		t.Fatalf("Run = %v, want rank 0 with status 5", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %v: the rank ignoring SIGTERM was not killed after the grace period", d)
+	}
+}
+
+// TestRunExitsAsAShellForASignal: a worker killed by a signal makes the
+// job's status 128+signal, as a shell's, not 1.
+func TestRunExitsAsAShellForASignal(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	_, _, err := runSh(t, 2, `if [ "$RANK" = 1 ]; then kill -9 $$; fi; exec sleep 30`, func(o *Options) { o.Grace = 200 * time.Millisecond })
+	var re *RankError
+	if !errors.As(err, &re) || re.Index != 1 || re.Signal != syscall.SIGKILL || re.ExitCode() != 137 {
+		t.Fatalf("Run = %v, want worker [1] killed by signal 9, status 137", err)
+	}
+	if !strings.Contains(err.Error(), "worker [1] failed first, killed by signal 9") {
+		t.Fatalf("the error does not say how worker [1] died: %v", err)
+	}
+}
+
+// TestRunWaitsForTheOthersToReport: the worker that fails first is not
+// always the one at fault. The others get the grace period to exit on
+// their own, their reports reach the output, and the error names the rank
+// those reports name, with the first worker's status.
+func TestRunWaitsForTheOthersToReport(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	script := `case $RANK in
+	0) exit 4 ;;
+	1|2) sleep 0.3; echo "some log line" >&2; echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
+	*) exec sleep 30 ;;
+	esac`
+	start := time.Now()
+	_, errs, err := runSh(t, 4, script, func(o *Options) { o.Grace = time.Second })
+	var re *RankError
+	if !errors.As(err, &re) || re.Index != 0 || re.ExitCode() != 4 || re.Named != 3 || fmt.Sprint(re.By) != "[1 2]" {
+		t.Fatalf("Run = %#v, want worker [0]'s status 4 and rank 3 named by workers [1] [2]", err)
+	}
+	for _, r := range []string{"[1]", "[2]"} {
+		if !strings.Contains(errs, r+" Error: gyre: lost rank 3") {
+			t.Fatalf("worker %s's report was not printed:\n%s", r, errs)
+		}
+	}
+	want := "the reports of workers [1] [2] name rank 3: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone; worker [0] failed first, exit status 4"
+	if err.Error() != want {
+		t.Fatalf("error\n%s\nwant\n%s", err, want)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: worker [3] was not stopped after the grace period", d)
+	}
+}
+
+// TestRunStartsTheOthersOnceTheFirstIsReady: a gossip seed listens
+// before its joiners dial it.
+func TestRunStartsTheOthersOnceTheFirstIsReady(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	script := `if [ "$RANK" = 0 ]; then sleep 0.2; touch "$READY"; sleep 0.2; else test -e "$READY" || exit 9; fi`
+	_, _, err := runSh(t, 3, script, func(o *Options) {
+		env := o.Env
+		o.Env = func(r int) []string { return append(env(r), "READY="+ready) }
+		o.FirstReady = func(ctx context.Context) error {
+			for ctx.Err() == nil {
+				if _, err := os.Stat(ready); err == nil {
+					return nil
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		t.Fatalf("Run = %v: a worker started before the first was ready", err)
+	}
+}
+
+func TestBlame(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reports [][]string
+		want    int
+		by      string
+	}{
+		{"none", [][]string{{"Error: exit"}, nil}, -1, "[]"},
+		{"lost", [][]string{nil, {"Error: gyre: lost rank 2 (a) in iteration 3: eof"}}, 2, "[1]"},
+		// The odd rank names every other; the others name it.
+		{"diverged", [][]string{
+			{"Error: gyre: workers diverged: rank 0 ended iteration 5, this worker 6", "gyre: workers diverged: rank 1 ended iteration 5, this worker 6"},
+			{"Error: gyre: workers diverged: rank 2 ended iteration 6, this worker 5"},
+			{"Error: gyre: workers diverged: rank 2 ended iteration 6, this worker 5"},
+		}, 2, "[1 2]"},
+		{"state", [][]string{{"Error: gyre: workers diverged: rank 1 holds a different state from rank 0 (digest 1, rank 0 2)"}}, 1, "[0]"},
+		{"disagree", [][]string{{"Error: rank 0 ended iteration 5"}, {"Error: rank 1 ended iteration 6"}}, -1, "[]"},
+		{"json", [][]string{{`{"level":"error","rank":1,"error":"gyre: lost rank 0 (a) in iteration 3"}`}}, 0, "[0]"},
+	} {
+		r, _, by := blame(tc.reports)
+		if r != tc.want || fmt.Sprint(by) != tc.by {
+			t.Errorf("%s: blame = rank %d by %v, want rank %d by %s", tc.name, r, by, tc.want, tc.by)
+		}
+	}
+}
+
+func TestReportKeepsTheErrorLines(t *testing.T) {
+	var r report
+	for _, l := range []string{"log 1\n", "log 2\n", "Error: a\n", "b\n", "\n"} {
+		r.add([]byte(l))
+	}
+	if got := strings.Join(r.get(), "|"); got != "Error: a|b" {
+		t.Fatalf("report %q, want the Error line and the line after it", got)
+	}
+	var last report
+	last.add([]byte("one\n"))
+	last.add([]byte("two"))
+	if got := strings.Join(last.get(), "|"); got != "two" {
+		t.Fatalf("report %q, want the last line", got)
 	}
 }
 
@@ -139,7 +251,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		t.Fatal("empty command accepted")
 	}
 	_, _, err := runSh(t, 2, "", func(o *Options) { o.Argv = []string{"/nonexistent/program"} })
-	if err == nil || !strings.Contains(err.Error(), "start rank 0") {
+	if err == nil || !strings.Contains(err.Error(), "start worker [0]") {
 		t.Fatalf("missing program: %v", err)
 	}
 }

@@ -7,11 +7,12 @@ import (
 
 // prefixWriter puts prefix before every line written through it and
 // passes complete lines on in one Write. A trailing partial line waits for
-// its newline or for Flush.
+// its newline or for Flush. seen, if set, also gets each line, unprefixed.
 type prefixWriter struct {
 	prefix []byte
 	out    io.Writer
 	line   []byte
+	seen   func(line []byte)
 }
 
 // maxLine bounds a buffered partial line; past it the line is passed on
@@ -48,6 +49,9 @@ func (p *prefixWriter) Flush() error {
 }
 
 func (p *prefixWriter) emit() error {
+	if p.seen != nil {
+		p.seen(p.line)
+	}
 	buf := make([]byte, 0, len(p.prefix)+len(p.line))
 	buf = append(append(buf, p.prefix...), p.line...)
 	p.line = p.line[:0]
