@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -41,7 +42,10 @@ func newTrainCmd(c *cli) *cobra.Command {
 		Long: "train is one worker of the built-in job: an MLP classifier on synthetic\n" +
 			"data, trained with momentum SGD, its gradients allreduced while backward\n" +
 			"runs. It stops after --iters iterations or on reaching --target-acc test\n" +
-			"accuracy. Rank 0 prints loss, accuracy, samples/s and the batch shares.\n\n" +
+			"accuracy. Rank 0 prints loss, accuracy, samples/s and the batch shares,\n" +
+			"and between the rows a line per membership event: each worker's join\n" +
+			"(# rank R/N joined ... as ID), a view change (# view changed ...: who was\n" +
+			"admitted or departed) and a lost worker (# lost rank R (ID) ...).\n\n" +
 			"Under `gyre launch` it reads its settings from the GYRE_* variables;\n" +
 			"flags override them. Alone, it trains as a single worker. With --listen\n" +
 			"and no --seed it starts a job; with --seed it joins a running one through\n" +
@@ -119,6 +123,9 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
+	// log is for the command's own lines; once joined, they say which
+	// worker, as the runtime's do.
+	log := c.log
 	var onIter func(train.Iteration)
 	if fl.metricsFile != "" {
 		f, err := os.Create(fl.metricsFile)
@@ -128,7 +135,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		mw := &metricsWriter{w: f, global: cfg.GlobalBatch}
 		defer func() {
 			if err := errors.Join(mw.err, f.Close()); err != nil {
-				c.log.Error().Err(err).Str("file", fl.metricsFile).Msg("metrics not all written")
+				log.Error().Err(err).Str("file", fl.metricsFile).Msg("metrics not all written")
 			}
 		}()
 		onIter = mw.write
@@ -139,15 +146,24 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		return err
 	}
 	defer w.Close()
+	log = workerLog(c.log, w)
 	setGraceful(w.RequestLeave)
 	defer setGraceful(nil)
-	if w.Rank() == 0 {
-		fmt.Fprintf(out, "# gyre train: %d workers, model %v (%d parameters), global batch %d, overlap %v\n",
-			w.Size(), job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, fl.overlap)
-		fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
+	// The console: a line per membership event, and rank 0's table.
+	onEvent := func(e train.Event) {
+		if !e.Lead() {
+			return
+		}
+		fmt.Fprintf(out, "# %s\n", e)
+		if e.Kind == train.Joined && e.Rank == 0 {
+			fmt.Fprintf(out, "# gyre train: %d workers, model %v (%d parameters), global batch %d, overlap %v\n",
+				w.Size(), job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, fl.overlap)
+			fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
+		}
 	}
 	res, err := train.Run(ctx, w, job, train.Options{
 		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap, OnIteration: onIter,
+		OnEvent: onEvent,
 		Progress: func(p train.Progress) {
 			if w.Rank() == 0 {
 				fmt.Fprintf(out, "%8d %10.4f %8.2f%% %12.0f  %s\n", p.Iter, p.Loss, 100*p.Acc, p.SamplesPerSec, shareList(p.Shares))
@@ -176,6 +192,17 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	return w.Leave(ctx)
 }
+
+// workerLog returns log with w's id on every line and its rank as it is
+// when the line is written, since a view change can renumber the ranks.
+func workerLog(log zerolog.Logger, w *gyre.Worker) zerolog.Logger {
+	return log.With().Str("id", train.ID(w)).Logger().Hook(rankHook{w})
+}
+
+// rankHook adds the worker's current rank to a log line.
+type rankHook struct{ w *gyre.Worker }
+
+func (h rankHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) { e.Int("rank", h.w.Rank()) }
 
 // IterationMetrics is one line of --metrics-file. encoding/json writes a
 // float64 in the shortest form that reads back exactly, so Loss can be

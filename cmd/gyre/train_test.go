@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -29,6 +30,33 @@ func TestTrainMultiProcess(t *testing.T) {
 	digests := regexp.MustCompile(`(?m)^\[([01])\] # rank ([01]) final state digest ([0-9a-f]{16}) at iteration 60$`).FindAllStringSubmatch(out, -1)
 	if len(digests) != 2 || digests[0][3] != digests[1][3] || digests[0][1] != digests[0][2] || digests[1][1] != digests[1][2] {
 		t.Fatalf("want both ranks to print the same final digest, got %q in:\n%s", digests, out)
+	}
+}
+
+// TestTrainConsole: under launch, with no --log-level, the output is the
+// table and a line per event (here each worker's join), with no info
+// logs; --log-level info still shows the runtime's every step.
+func TestTrainConsole(t *testing.T) {
+	args := []string{"launch", "-n", "2", "--", "train", "--iters", "10", "--eval-every", "10", "--batch", "32"}
+	out, stderr, err := run(t, testEnv(nil), args...)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	for r := range 2 {
+		joined := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] # rank %d/2 joined at iteration 0 \(epoch \d+\) as 127\.0\.0\.1:\d+$`, r, r))
+		if !joined.MatchString(out) {
+			t.Fatalf("no join line of rank %d in:\n%s", r, out)
+		}
+	}
+	if !strings.Contains(out, "[0]     iter       loss") || !strings.Contains(out, "after 10 iterations") {
+		t.Fatalf("no table in:\n%s", out)
+	}
+	if strings.Contains(stderr, `"level":"info"`) || strings.Contains(stderr, "gossip started") {
+		t.Fatalf("info logs on a launch with no --log-level:\n%s", stderr)
+	}
+	_, stderr, err = run(t, testEnv(nil), append([]string{"--log-level", "info"}, args...)...)
+	if err != nil || !strings.Contains(stderr, "gossip started") || !strings.Contains(stderr, `"rank":1`) {
+		t.Fatalf("--log-level info hid the runtime's logs (%v):\n%s", err, stderr)
 	}
 }
 

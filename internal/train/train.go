@@ -37,6 +37,11 @@ type Options struct {
 	// OnIteration, if set, is called at the end of every committed
 	// iteration, on every worker.
 	OnIteration func(Iteration)
+	// OnEvent, if set, is called on every worker at each membership
+	// event: as Run starts (Joined), at a boundary that changes the view
+	// (ViewChanged), and as Run returns a lost worker's error (Lost).
+	// Event.Lead picks one worker to show the job's events.
+	OnEvent func(Event)
 }
 
 // Iteration is what OnIteration reports of one iteration.
@@ -116,6 +121,19 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	if o.Iters <= 0 {
 		return Result{}, errors.New("train: Iters must be positive")
 	}
+	if o.OnEvent == nil {
+		o.OnEvent = func(Event) {}
+	}
+	o.OnEvent(newEvent(Joined, w))
+	res, err := run(ctx, w, j, o)
+	if e, ok := lostEvent(w, err); ok {
+		o.OnEvent(e)
+	}
+	return res, err
+}
+
+// run is Run's loop.
+func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error) {
 	if o.EvalEvery <= 0 {
 		o.EvalEvery = 50
 	}
@@ -176,6 +194,11 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		change, err := w.Boundary(ctx)
 		if err != nil {
 			return res, err
+		}
+		if change.ViewChanged && !change.Left {
+			e := newEvent(ViewChanged, w)
+			e.Admitted, e.Departed = change.Admitted, change.Departed
+			o.OnEvent(e)
 		}
 		if change.Redo {
 			continue // the state was restored: run the iteration again

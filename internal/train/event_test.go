@@ -1,0 +1,134 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/internal/mlp"
+)
+
+// eventLog keeps each worker's events.
+type eventLog struct {
+	mu     sync.Mutex
+	events map[int][]Event
+}
+
+func (l *eventLog) on(r int) func(Event) {
+	return func(e Event) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.events == nil {
+			l.events = map[int][]Event{}
+		}
+		l.events[r] = append(l.events[r], e)
+	}
+}
+
+func (l *eventLog) of(r int) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.events[r]
+}
+
+// TestEventsJoinedAndViewChanged: every worker reports its join; when a
+// worker leaves, the others report the view change, which rank 0 leads.
+func TestEventsJoinedAndViewChanged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	jobs := make([]*Job, 3)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3,
+		Config: func(_ int, c *gyre.Config) { c.GlobalBatch = 48 },
+		State: func(r int) *gyre.State {
+			jobs[r] = smallJob(t)
+			return jobs[r].State()
+		}})
+	var log eventLog
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		o := Options{Iters: 6, EvalEvery: 6, TestSize: 50, OnEvent: log.on(r)}
+		if r == 2 {
+			o.OnIteration = func(it Iteration) {
+				if it.Iter == 2 {
+					w.RequestLeave()
+				}
+			}
+		}
+		_, err := Run(ctx, w, jobs[r], o)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		ev := log.of(r)
+		want := fmt.Sprintf("rank %d/3 joined at iteration 0 (epoch 1) as %s", r, c.IDs[r])
+		if len(ev) == 0 || ev[0].Kind != Joined || ev[0].String() != want || !ev[0].Lead() {
+			t.Fatalf("rank %d's first event %v, want %q", r, ev, want)
+		}
+	}
+	if ev := log.of(2); len(ev) != 1 {
+		t.Fatalf("the leaver reported %v after its join", ev[1:])
+	}
+	for r := range 2 {
+		ev := log.of(r)
+		want := "view changed at iteration 4: epoch 2, 2 workers, departed " + string(c.IDs[2])
+		if len(ev) != 2 || ev[1].Kind != ViewChanged || ev[1].String() != want || ev[1].Lead() != (r == 0) {
+			t.Fatalf("rank %d's events %v, want the view change %q, led by rank 0", r, ev, want)
+		}
+	}
+}
+
+// TestEventsLost: the workers that lose a peer report it, rank 0 leading,
+// and Run returns the loss.
+func TestEventsLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	jobs := make([]*Job, 3)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3,
+		Config: func(_ int, c *gyre.Config) { c.GlobalBatch = 48; c.PeerTimeout = 500 * time.Millisecond },
+		State: func(r int) *gyre.State {
+			jobs[r] = smallJob(t)
+			return jobs[r].State()
+		}})
+	var log eventLog
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		o := Options{Iters: 1000, EvalEvery: 1000, TestSize: 50, OnEvent: log.on(r)}
+		if r == 2 {
+			o.OnIteration = func(it Iteration) {
+				if it.Iter == 2 {
+					c.Kill(t, 2)
+				}
+			}
+		}
+		_, err := Run(ctx, w, jobs[r], o)
+		return err
+	})
+	for r := range 2 {
+		if !errors.Is(errs[r], gyre.ErrPeerLost) {
+			t.Fatalf("rank %d: %v, want the loss of rank 2", r, errs[r])
+		}
+		ev := log.of(r)
+		last := ev[len(ev)-1]
+		t.Logf("rank %d: %s", r, last)
+		if last.Kind != Lost || !strings.HasPrefix(last.String(), fmt.Sprintf("lost rank 2 (%s) in iteration ", c.IDs[2])) ||
+			last.Lead() != (r == 0) || last.Rank != r {
+			t.Fatalf("rank %d's events %v, want the loss of rank 2, led by rank 0", r, ev)
+		}
+	}
+}
+
+// smallJob is a small job, for tests of a few iterations.
+func smallJob(t *testing.T) *Job {
+	t.Helper()
+	j, err := NewSizedJob([]int{mlp.InputDim, 16, mlp.NumClasses}, 1, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
