@@ -84,8 +84,8 @@ type AllReduceReport struct {
 
 // RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
 // allreduce; t1. The times are then combined with a MAX allreduce, so every
-// row reports the slowest rank, and its median, as DESIGN's conventions and
-// the peers do. Every rank returns the same report.
+// row reports the slowest rank, and its median, as nccl-tests and the
+// reference peers do. Every rank returns the same report.
 func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllReduceReport, error) {
 	rep := AllReduceReport{Date: time.Now(), Ranks: c.Size(), Machine: ThisMachine(), DType: o.DType.String(),
 		Compress: compressName(o.Compress),
@@ -113,8 +113,9 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 // SetCommand records the command line that produced the report.
 func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
 
-// WriteTable prints the report with the columns and widths of the peers in
-// ../shared/peers, so the tables can be compared line by line.
+// WriteTable prints the report with the columns and widths of the
+// reference peers ($PEERS, see README), so the tables can be compared line
+// by line.
 func (r AllReduceReport) WriteTable(w io.Writer) error {
 	m := r.Machine
 	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n", r.Command,

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Batch balancing on heterogeneous hosts: the issue's scenario.
-#   sh bench/balance-cluster.sh CLUSTER_SH [TRANSPORT]
+#   sh bench/balance-cluster.sh "$CLUSTER_SH" [TRANSPORT]
 # e.g.
-#   ROUNDS=3 sh bench/balance-cluster.sh ../shared/cluster/cluster.sh tcp
-# On namespace hosts of the cluster script (it needs root) capped at CAPS
+#   ROUNDS=3 sh bench/balance-cluster.sh "$CLUSTER_SH" tcp
+# On namespace hosts of the cluster script (root; README) capped at CAPS
 # percent of a core (default 50,50,50,15; GOMAXPROCS=1), it runs
 #   1. `gyre train --balance static` on all hosts, once;
 #   2. ROUNDS rounds (default 1) of: one worker alone with each distinct
@@ -27,6 +27,7 @@
 # OUT=DIR keeps the outputs.
 set -eu
 [ $# -ge 1 ] || { sed -n '2,27p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "${1:-}" ] || { echo "balance-cluster: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
 here=$(cd "$(dirname "$0")/.." && pwd)

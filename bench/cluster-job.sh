@@ -1,11 +1,11 @@
 #!/bin/sh
 # One gyre job on N hosts of the namespace cluster: one worker per host,
 # each bound to its host's own address, every host's link capped.
-#   sh bench/cluster-job.sh CLUSTER_SH N RATE GYRE_ARGS...
+#   sh bench/cluster-job.sh "$CLUSTER_SH" N RATE GYRE_ARGS...
 # e.g.
-#   sh bench/cluster-job.sh ../shared/cluster/cluster.sh 3 1gbit train --iters 300
-#   sh bench/cluster-job.sh ../shared/cluster/cluster.sh 2 1gbit bench allreduce --sizes 64M --compress bf16
-# CLUSTER_SH is the path of the cluster script (it needs root). RATE caps
+#   sh bench/cluster-job.sh "$CLUSTER_SH" 3 1gbit train --iters 300
+#   sh bench/cluster-job.sh "$CLUSTER_SH" 2 1gbit bench allreduce --sizes 64M --compress bf16
+# CLUSTER_SH is the namespace-cluster script (root; README). RATE caps
 # each host's link both ways (tc tbf), or "off". GYRE_ARGS is the gyre
 # subcommand every worker runs; workers get the static view, their rank and
 # the cluster key through GYRE_* variables, as under `gyre launch`.
@@ -30,6 +30,7 @@
 # whatever happens.
 set -eu
 [ $# -ge 4 ] || { sed -n '2,30p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "${1:-}" ] || { echo "cluster-job: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 n=$2 rate=$3
 shift 3

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Interleaved allreduce comparison of Gyre with the reference peers.
-#   sh bench/compare-allreduce.sh PEERS_DIR N RUNS SIZES [gyre flags...]
+#   sh bench/compare-allreduce.sh "$PEERS" N RUNS SIZES [gyre flags...]
 # e.g.
-#   sh bench/compare-allreduce.sh ../shared/peers 2 5 4096,67108864,268435456 --transport tcp --insecure
-# PEERS_DIR holds run.sh (install the peers once with `sh PEERS_DIR/run.sh install`).
+#   sh bench/compare-allreduce.sh "$PEERS" 2 5 4096,67108864,268435456 --transport tcp --insecure
+# PEERS is the reference peers' directory (README): its run.sh runs them
+# (install them once with `sh "$PEERS/run.sh" install`).
 # Open MPI's driver ignores SIZES and runs its full sweep; only the sizes
 # Gyre ran are summarised.
 # Each round runs gyre bench allreduce, Gloo and Open MPI over TCP one after
@@ -11,6 +12,8 @@
 # per size, each tool's median busbw and time, and the median over rounds of
 # the per-round ratios gyre/peer (busbw: above 1 is faster; time: below 1 is faster).
 set -eu
+[ $# -ge 4 ] || { sed -n '2,13p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "$1/run.sh" ] || { echo "compare-allreduce: the first argument must be the reference peers' directory, \$PEERS (see README), with run.sh in it; got '$1'" >&2; exit 2; }
 peers=$(cd "$1" && pwd); n=$2; runs=$3; sizes=$4; shift 4
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/bench/out/compare-n$n-$(date -u +%Y%m%dT%H%M%SZ)"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # How much the heterogeneity scenario's hosts slow each other down: the
 # reachable ceiling for balancing on this machine.
-#   sh bench/contention-cluster.sh CLUSTER_SH
+#   sh bench/contention-cluster.sh "$CLUSTER_SH"
 # The heterogeneity figure compares LB-BSP with the sum of each host's
 # solo rate, each measured with the machine to itself. Namespace hosts
 # share the machine's cores, caches and memory bandwidth, so this script
@@ -14,6 +14,7 @@
 # OUT=DIR keeps the outputs. It needs root, as the cluster script does.
 set -eu
 [ $# -ge 1 ] || { sed -n '2,14p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "${1:-}" ] || { echo "contention-cluster: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-"$here/bench/out/contention-$(date -u +%Y%m%dT%H%M%SZ)"}

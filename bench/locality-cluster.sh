@@ -1,10 +1,10 @@
 #!/bin/sh
 # Locality-aware ring order against address order, on two racks behind a
 # slow trunk: the issue's scenario.
-#   sh bench/locality-cluster.sh CLUSTER_SH [TRANSPORT]
+#   sh bench/locality-cluster.sh "$CLUSTER_SH" [TRANSPORT]
 # e.g.
-#   sh bench/locality-cluster.sh ../shared/cluster/cluster.sh tcp
-# It brings up 4 hosts of the cluster script (it needs root) in 2 racks
+#   sh bench/locality-cluster.sh "$CLUSTER_SH" tcp
+# It brings up 4 hosts of the cluster script (root; README) in 2 racks
 # (hosts 1 and 3 in one, 2 and 4 in the other) with every rack uplink
 # capped at TRUNK (default 200mbit), so that address order 1-2-3-4
 # crosses the trunk at every link, and runs `gyre bench allreduce` of
@@ -15,6 +15,7 @@
 # TRANSPORT is tcp (TLS; default) or quic. OUT=DIR keeps the outputs.
 set -eu
 [ $# -ge 1 ] || { sed -n '2,15p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "${1:-}" ] || { echo "locality-cluster: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
 here=$(cd "$(dirname "$0")/.." && pwd)

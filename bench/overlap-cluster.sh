@@ -2,11 +2,11 @@
 # The overlap scenario on two hosts of the namespace cluster: one worker of
 # `gyre bench overlap` per host, each host's link capped so that transfers
 # are link-bound, not CPU-bound.
-#   sh bench/overlap-cluster.sh CLUSTER_SH [RATE] [gyre bench overlap flags...]
+#   sh bench/overlap-cluster.sh "$CLUSTER_SH" [RATE] [gyre bench overlap flags...]
 # e.g.
-#   sh bench/overlap-cluster.sh ../shared/cluster/cluster.sh
-#   sh bench/overlap-cluster.sh ../shared/cluster/cluster.sh 100mbit --batch 3072 --iters 20
-# CLUSTER_SH is the path of the cluster script (it needs root). RATE caps
+#   sh bench/overlap-cluster.sh "$CLUSTER_SH"
+#   sh bench/overlap-cluster.sh "$CLUSTER_SH" 100mbit --batch 3072 --iters 20
+# CLUSTER_SH is the namespace-cluster script (root; README). RATE caps
 # both hosts' links both ways (tc tbf; default 50mbit; may be left out
 # before flags), which with the default model puts communication at
 # 0.5-1.0x the backward pass. The flags go to both workers (--hidden,
@@ -18,6 +18,7 @@
 # outputs, with the --json report, go to bench/out/overlap-cluster-TIMESTAMP/.
 set -eu
 [ $# -ge 1 ] || { sed -n '2,18p' "$0" | cut -c3- >&2; exit 2; }
+[ -f "${1:-}" ] || { echo "overlap-cluster: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$1; shift
 # RATE may be left out: a first argument starting with '-' is a flag.
 rate=50mbit

@@ -11,7 +11,8 @@ import (
 // DefaultSizes is the default --sizes list of the transport benchmark.
 const DefaultSizes = "4K,1M,64M"
 
-// Iteration defaults from the benchmark conventions in DESIGN.md.
+// Iteration defaults from the benchmark conventions (docs/benchmarks.md),
+// the same as the reference peers'.
 const (
 	DefaultWarmup = 3
 	DefaultRuns   = 5
@@ -23,7 +24,8 @@ const (
 var ErrBadList = errors.New("bench: bad list")
 
 // DefaultIters returns the number of timed iterations for a message size:
-// 20 below 16 MiB and 10 at or above, as the peers in ../shared/peers use.
+// 20 below 16 MiB and 10 at or above, as the reference peers ($PEERS, see
+// README) use.
 func DefaultIters(size int64) int {
 	if size >= LargeSize {
 		return 10

@@ -17,9 +17,10 @@ func Choose(n, lengthBytes, threshold int) Algo {
 	return AlgoRing
 }
 
-// CostModel is the α/β performance model of DESIGN.md, plus the speed of the
-// reduction itself. It predicts allreduce times and so the size at which the
-// ring overtakes recursive doubling.
+// CostModel is the α/β performance model (docs/architecture.md,
+// "Collectives"), plus the speed of the reduction itself. It predicts
+// allreduce times and so the size at which the ring overtakes recursive
+// doubling.
 //
 // The ring costs 2(n-1)·α + (n-1)/n·S·(max(1/β, 1/γ) + 1/β): 2(n-1) hops, and
 // every rank sends 2(n-1)/n·S bytes, half of them during the reduce-scatter,
@@ -43,15 +44,16 @@ type CostModel struct {
 	Gamma float64
 }
 
-// DefaultCostModel holds this machine's prototype figures for TLS-less TCP
-// on loopback (DESIGN.md): about 20 µs per hop (half the 20–45 µs measured
-// for a 4 KiB message with the small-message path), 2 GB/s per link, and
-// 4 GB/s for a plain Go float32 sum. With them the crossover is 80 kB at
-// n = 2, 15 kB at n = 3, 107 kB at n = 4, 160 kB at n = 8 and 683 kB at
-// n = 64: recursive doubling takes the 4 KiB and 64 KiB benchmark sizes
-// (except 64 KiB at n = 3 and 5, where the ring's 2(n-1) hops are few), the
-// ring everything from 1 MiB. QUIC's α and β are both about 4 to 10 times worse, so its αβ
-// product and crossovers are similar. The figures are to be replaced by
+// DefaultCostModel holds figures a prototype measured on the project's
+// 2-core machine for TLS-less TCP on loopback: about 20 µs per hop (half
+// the 20–45 µs measured for a 4 KiB message with the small-message path),
+// 2 GB/s per link, and 4 GB/s for a plain Go float32 sum. With them the
+// crossover is 80 kB at n = 2, 15 kB at n = 3, 107 kB at n = 4, 160 kB at
+// n = 8 and 683 kB at n = 64: recursive doubling takes the 4 KiB and
+// 64 KiB benchmark sizes (except 64 KiB at n = 3 and 5, where the ring's
+// 2(n-1) hops are few), the ring everything from 1 MiB. QUIC's α and β are
+// both about 4 to 10 times worse, so its αβ product and crossovers are
+// similar. The figures are to be replaced by
 // measured ones once the executor can autotune.
 var DefaultCostModel = CostModel{Alpha: 20e-6, Beta: 2e9, Gamma: 4e9}
 

@@ -43,6 +43,6 @@
 //
 // Allreduce has two algorithms: the pipelined ring (bandwidth-optimal, for
 // large buffers) and recursive doubling (latency-optimal, for small ones).
-// Choose picks between them by size, using the α/β cost model of DESIGN.md
-// as described on CostModel.
+// Choose picks between them by size, using the α/β cost model described
+// on CostModel (and in docs/architecture.md, "Collectives").
 package ring
