@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/secret"
@@ -254,9 +252,7 @@ func (c Config) logger() zerolog.Logger {
 	if c.Logger != nil {
 		return *c.Logger
 	}
-	color := isatty.IsTerminal(os.Stderr.Fd())
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !color}).
-		Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	return defaultLogger()
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -722,6 +718,11 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {
 		c.Peers = splitList(v)
+	}
+	if l, err := loggerFromEnv(lookup); err != nil {
+		errs = append(errs, err)
+	} else if l != nil {
+		c.Logger = l
 	}
 	if v, ok := lookup(EnvSeed); ok {
 		c.Seeds = splitList(v)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -274,5 +276,28 @@ func TestValidateReportsOnlyTheRootCause(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfigFromEnvLogs: GYRE_LOG_LEVEL and GYRE_LOG_FORMAT, which gyre
+// launch sets, choose an embedded trainer's logs as they do gyre's own.
+func TestConfigFromEnvLogs(t *testing.T) {
+	env := func(kv map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+	}
+	c, err := ConfigFromEnv(env(nil))
+	if err != nil || c.Logger != nil {
+		t.Fatalf("no log variables: Logger %v, err %v; want nil, the default", c.Logger, err)
+	}
+	c, err = ConfigFromEnv(env(map[string]string{EnvLogLevel: "info", EnvLogFormat: "json"}))
+	if err != nil || c.Logger == nil || c.Logger.GetLevel() != zerolog.InfoLevel {
+		t.Fatalf("GYRE_LOG_LEVEL=info: Logger %v, err %v; want one at info", c.Logger, err)
+	}
+	c, err = ConfigFromEnv(env(map[string]string{EnvLogFormat: "console"}))
+	if err != nil || c.Logger == nil || c.Logger.GetLevel() != zerolog.WarnLevel {
+		t.Fatalf("GYRE_LOG_FORMAT alone: Logger %v, err %v; want one at warn", c.Logger, err)
+	}
+	if _, err = ConfigFromEnv(env(map[string]string{EnvLogLevel: "loud"})); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvLogLevel) {
+		t.Fatalf("GYRE_LOG_LEVEL=loud: %v, want ErrConfig naming the variable", err)
 	}
 }

@@ -27,6 +27,8 @@
 //			w.AllReduceAsync64(ctx, name, grad)       // local mean in, global mean out
 //		})
 //		if err := w.Wait(ctx); err != nil { ... }    // every gradient is now the global mean
+//		sum := []float64{loss * float64(b.Share)}     // this worker's summed loss
+//		w.Reduce(ctx, gyre.ReduceSum, sum)            // sum[0] / b.Global: the global mean
 //		opt.Step()
 //		change, err := w.Boundary(ctx)                // agree on the next iteration
 //		if err != nil { ... }

@@ -46,11 +46,11 @@ func ExampleNewTransport() {
 // A one-worker job runs the iteration loop every trainer follows: the
 // Worker hands out the batch (iterations 0 and 1 cover the 8 samples of the
 // first epoch once; iteration 2 starts the second epoch's permutation),
-// averages the gradient and keeps the state it can restore. Under `gyre launch` the same code runs on every worker,
-// with the Config read from the environment.
+// averages the gradient and keeps the state it can restore. A worker alone
+// needs no secret and binds no port. Under `gyre launch` the same code runs
+// on every worker, with the Config read from the environment.
 func ExampleJoin() {
-	key, _ := secret.Generate()
-	cfg := gyre.Config{Key: key.Hex(), DataAddr: "127.0.0.1:0", GlobalBatch: 4, DatasetSize: 8, RNGSeed: 1}
+	cfg := gyre.Config{GlobalBatch: 4, DatasetSize: 8, RNGSeed: 1}
 	weights := []float64{0, 0}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -69,8 +69,15 @@ func ExampleJoin() {
 		for i := range weights {
 			weights[i] -= 0.5 * grad[i]
 		}
-		if _, err := w.Boundary(ctx); err != nil {
+		change, err := w.Boundary(ctx)
+		if err != nil {
 			log.Fatal(err)
+		}
+		if change.Redo {
+			continue
+		}
+		if change.Left {
+			return
 		}
 		if err := w.Commit(); err != nil {
 			log.Fatal(err)

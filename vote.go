@@ -80,12 +80,14 @@ type PeerLostError struct {
 	Err  error
 	// Unresponsive, if not zero, is how long this worker itself could not
 	// run during the iteration, longer than PeerTimeout: it was stopped
-	// (SIGSTOP), starved of CPU, or its clock jumped. Its peers will then
-	// have declared it lost, and Rank is only the peer it heard from
-	// least on resuming.
+	// (SIGSTOP) or starved of CPU. Its peers will then have declared it
+	// lost, and Rank is only the peer it found silent on resuming.
+	// SelfRank and Self are this worker's rank and ID, and PeerTimeout
+	// its Config.PeerTimeout, for the message.
 	Unresponsive time.Duration
-	// PeerTimeout is the worker's Config.PeerTimeout, for the message.
-	PeerTimeout time.Duration
+	SelfRank     int
+	Self         transport.PeerID
+	PeerTimeout  time.Duration
 }
 
 func (e *PeerLostError) Error() string {
@@ -98,10 +100,11 @@ func (e *PeerLostError) Error() string {
 		cause = rl.Err // the ring named the same rank: say it once
 	}
 	if e.Unresponsive > 0 {
-		return fmt.Sprintf("gyre: this worker was unresponsive for %v %s, longer than PeerTimeout %v "+
-			"(stopped, starved of CPU, or its clock jumped), so its peers will have declared it lost; "+
+		// This worker's rank first: it is the one the job lost.
+		return fmt.Sprintf("gyre: rank %d (%s, this worker) was unresponsive for %v %s, longer than PeerTimeout %v "+
+			"(stopped, as by SIGSTOP, or starved of CPU), so its peers will have declared it lost; "+
 			"on resuming it found rank %d (%s) silent: %v",
-			e.Unresponsive.Round(time.Millisecond), when, e.PeerTimeout, e.Rank, e.Peer, cause)
+			e.SelfRank, e.Self, e.Unresponsive.Round(time.Millisecond), when, e.PeerTimeout, e.Rank, e.Peer, cause)
 	}
 	return fmt.Sprintf("gyre: lost rank %d (%s) %s: %v", e.Rank, e.Peer, when, cause)
 }

@@ -254,11 +254,12 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	// its id themselves); the ring's Comm adds the rank of its own view.
 	rank := new(atomic.Int64)
 	rank.Store(-1)
-	hooked := cfg.logger().Hook(rankHook{rank})
+	base := cfg.logger()
+	hooked := base.Hook(rankHook{rank})
 	cfg.Logger = &hooked
 	w := &Worker{device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
-		plain: cfg.logger().With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks, departed: map[transport.PeerID]string{},
-		dialled: map[transport.PeerID]string{}}
+		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
+		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}}
 	// A worker on a device (a GPU) fits the device's flat-then-linear
 	// time model.
 	_, w.est.Flat = w.device()
@@ -347,6 +348,9 @@ func (w *Worker) joinStatic(ctx context.Context) error {
 	}
 	if err := w.connectView(ctx, vs); err != nil {
 		vs.close()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w; %v", err, w.joinEnded(ctx))
+		}
 		return err
 	}
 	w.setView(vs)
@@ -503,9 +507,11 @@ func (w *Worker) agree(ctx context.Context) error {
 // for each rank that differs from rank 0, the first difference with both
 // values: the field or tensor the user must fix, not a list of suspects.
 func (w *Worker) differences(ctx context.Context, vs *viewState) ([]error, error) {
-	own, err := json.Marshal(w.fitting())
-	if err != nil {
-		return nil, err
+	// A worker that cannot encode its own still takes part in both
+	// gathers, with nothing, so that none is left waiting.
+	own, ownErr := json.Marshal(w.fitting())
+	if ownErr != nil {
+		own = nil
 	}
 	n := len(vs.ids)
 	lens := make([]int64, n)
@@ -522,9 +528,15 @@ func (w *Worker) differences(ctx context.Context, vs *viewState) ([]error, error
 	if err := vs.ctrl.AllGather(ctx, wire.DTypeBytes, table); err != nil {
 		return nil, err
 	}
+	if ownErr != nil {
+		return nil, ownErr
+	}
 	fits := make([]fitting, n)
 	for r := range fits {
 		at := r * int(width)
+		if lens[r] <= 0 || lens[r] > width {
+			return nil, fmt.Errorf("rank %d sent no settings", r)
+		}
 		if err := json.Unmarshal(table[at:at+int(lens[r])], &fits[r]); err != nil {
 			return nil, fmt.Errorf("rank %d's settings: %w", r, err)
 		}
@@ -928,10 +940,13 @@ func (w *Worker) Reduce(ctx context.Context, op ReduceOp, vals []float64) error 
 	return nil
 }
 
-// collectiveErr names the lost worker of a failed collective outside the
-// gradient path with a *PeerLostError, as Wait does, or says which
-// collective failed.
+// collectiveErr records a failed collective outside the gradient path for
+// the boundary's record, as Wait does a gradient's, and names the lost
+// worker with a *PeerLostError, or says which collective failed.
 func (w *Worker) collectiveErr(vs *viewState, what string, err error) error {
+	if w.failed == nil {
+		w.failed = err // the boundary's record reports it, as a gradient's failure
+	}
 	if lost := w.peerLost(vs, err); lost != nil {
 		return lost
 	}
@@ -954,9 +969,9 @@ func (w *Worker) peerLost(vs *viewState, err error) error {
 // worker itself stalled for longer than PeerTimeout since the previous
 // boundary ended: then the peers lost it, not it them.
 func (w *Worker) peerLostError(iter int64, r int, p transport.PeerID, err error) *PeerLostError {
-	e := &PeerLostError{Iter: iter, Rank: r, Peer: p, Err: err, PeerTimeout: w.cfg.PeerTimeout}
-	if end, d := w.live.Stalled(); d > w.cfg.PeerTimeout && end.After(w.lastVote) {
-		e.Unresponsive = d
+	e := &PeerLostError{Iter: iter, Rank: r, Peer: p, Err: err}
+	if d := w.live.StalledSince(w.lastVote); d > w.cfg.PeerTimeout {
+		e.Unresponsive, e.SelfRank, e.Self, e.PeerTimeout = d, w.cur.rank, transport.PeerID(w.cfg.Name), w.cfg.PeerTimeout
 	}
 	return e
 }

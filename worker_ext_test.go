@@ -257,8 +257,8 @@ func TestJoinTimesOutNamingTheMissingWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = gyre.Join(context.Background(), gyre.Config{Key: gyretest.Key(t), Peers: peers, JoinTimeout: time.Second})
-	if !errors.Is(err, context.DeadlineExceeded) || !containsAll(err.Error(), "rank 1", peers[1]) {
+	_, err = gyre.Join(context.Background(), gyre.Config{Key: gyretest.Key(t), Peers: peers, JoinTimeout: time.Second, Logger: quiet()})
+	if !errors.Is(err, context.DeadlineExceeded) || !containsAll(err.Error(), "rank 1", peers[1], "gave up after JoinTimeout 1s") {
 		t.Fatalf("gyre.Join = %v, want a deadline naming rank 1", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -773,7 +773,7 @@ func TestJoinNamesARefusedPeer(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := gyre.Join(context.Background(), gyre.Config{Key: gyretest.Key(t), Peers: peers, Rank: 0, JoinTimeout: time.Minute})
+		_, err := gyre.Join(context.Background(), gyre.Config{Key: gyretest.Key(t), Peers: peers, Rank: 0, JoinTimeout: time.Minute, Logger: quiet()})
 		done <- err
 	}()
 	tc := transporttest.Issue(t, transporttest.NewCA(t), peers[1]).ClientTLS(quic.ALPN)

@@ -162,7 +162,7 @@ func TestResumedWorkerSaysItWasStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := p.WaitRank(ctx, 1)
-	if res.Code == 0 || !strings.Contains(res.Stderr, "this worker was unresponsive for") {
+	if res.Code == 0 || !strings.Contains(res.Stderr, "rank 1 (") || !strings.Contains(res.Stderr, "this worker) was unresponsive for") {
 		t.Errorf("the resumed rank 1 exited %d; want it to say it was unresponsive:\n%s", res.Code, res.Stderr)
 	}
 	t.Logf("rank 1: %s", res.Stderr)

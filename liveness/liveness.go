@@ -43,9 +43,8 @@ type Monitor struct {
 	closed bool
 	peers  map[transport.PeerID]*peer
 
-	// stallEnd and stallLen record this process's latest stall (see
-	// Stalled): unix nanoseconds and nanoseconds.
-	stallEnd, stallLen atomic.Int64
+	// stalls records this process's own stalls (see StalledSince).
+	stalls stallLog
 }
 
 // peer is one watched peer: its two goroutines, when it was last heard,
@@ -77,44 +76,82 @@ func New(cfg Config) (*Monitor, error) {
 	m := &Monitor{t: cfg.Transport, interval: cfg.Interval, peers: make(map[transport.PeerID]*peer),
 		log: cfg.Logger.With().Str("component", "liveness").Logger()}
 	m.ctx, m.stop = context.WithCancel(context.Background())
+	m.stalls.limit = 2 * m.interval
+	m.stalls.tick(time.Now())
 	m.wg.Add(1)
 	go m.watchSelf()
 	return m, nil
 }
 
-// Stalled reports this process's latest stall: a time in which it could
-// not run for more than two heartbeat intervals, so it sent no heartbeats
-// either. A stopped process (SIGSTOP), one starved of CPU, or a machine
-// whose clock jumped stalls; its peers, hearing nothing, may declare it
-// gone, and on resuming it sees them as silent. end is when the stall
-// ended; d is 0 if there was none.
-func (m *Monitor) Stalled() (end time.Time, d time.Duration) {
-	if d = time.Duration(m.stallLen.Load()); d == 0 {
-		return time.Time{}, 0
-	}
-	return time.Unix(0, m.stallEnd.Load()), d
-}
+// StalledSince reports the longest time since t in which this process
+// could not run for more than two heartbeat intervals, so that it sent no
+// heartbeats either, or 0. A process stopped (SIGSTOP) or starved of CPU
+// stalls; its peers, hearing nothing, may declare it gone, and on resuming
+// it finds them silent. A stall still under way counts up to now, as the
+// caller may run before the watch does after a resume.
+func (m *Monitor) StalledSince(t time.Time) time.Duration { return m.stalls.since(t, time.Now()) }
 
-// watchSelf ticks every interval and records a tick that came more than
-// two intervals after the previous one as a stall.
+// watchSelf ticks every interval, and stalls notes each tick.
 func (m *Monitor) watchSelf() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.interval)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			m.stalls.tick(now)
 		case <-m.ctx.Done():
 			return
 		}
-		now := time.Now()
-		if gap := now.Sub(last); gap > 2*m.interval {
-			m.stallEnd.Store(now.UnixNano())
-			m.stallLen.Store(int64(gap))
-		}
-		last = now
 	}
+}
+
+// stallLog keeps the recent gaps between ticks longer than limit: the
+// stalls. It is safe for concurrent use.
+type stallLog struct {
+	limit  time.Duration
+	mu     sync.Mutex
+	last   time.Time // the latest tick
+	recent [maxStalls]stall
+	next   int // where the next stall goes in recent
+}
+
+// stall is one gap between ticks: when it ended, and how long it was.
+type stall struct {
+	end time.Time
+	d   time.Duration
+}
+
+// maxStalls bounds the stalls kept: enough for those of an iteration.
+const maxStalls = 8
+
+// tick notes a tick at now, and the gap since the last as a stall if it
+// is longer than limit.
+func (l *stallLog) tick(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gap := now.Sub(l.last); !l.last.IsZero() && gap > l.limit {
+		l.recent[l.next] = stall{end: now, d: gap}
+		l.next = (l.next + 1) % maxStalls
+	}
+	l.last = now
+}
+
+// since returns the longest stall that ended after t, counting one still
+// under way at now.
+func (l *stallLog) since(t, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var longest time.Duration
+	if gap := now.Sub(l.last); gap > l.limit {
+		longest = gap
+	}
+	for _, s := range l.recent {
+		if s.end.After(t) && s.d > longest {
+			longest = s.d
+		}
+	}
+	return longest
 }
 
 // Watch makes peers the watched set: peers not watched before count as

@@ -28,15 +28,8 @@ var launchSets = []string{
 	gyre.EnvPeers, gyre.EnvRank, gyre.EnvWorldSize, gyre.EnvLocalRank, gyre.EnvDataAddr,
 	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvKeyFile, gyre.EnvKey,
 	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
-	gyre.EnvGossipTiming, envLogLevel, envLogFormat,
+	gyre.EnvGossipTiming, gyre.EnvLogLevel, gyre.EnvLogFormat,
 }
-
-// The log settings launch passes on, which the root command reads when
-// its flags are not given.
-const (
-	envLogLevel  = "GYRE_LOG_LEVEL"
-	envLogFormat = "GYRE_LOG_FORMAT"
-)
 
 func newLaunchCmd(c *cli) *cobra.Command {
 	var job launchJob
@@ -183,7 +176,7 @@ func (c *cli) workerLogs(stderr io.Writer) []string {
 	if strings.EqualFold(format, "auto") && isTerminal(stderr) {
 		format = "console"
 	}
-	return []string{envLogLevel + "=" + level, envLogFormat + "=" + format}
+	return []string{gyre.EnvLogLevel + "=" + level, gyre.EnvLogFormat + "=" + format}
 }
 
 // listening returns a wait until something accepts TCP connections at

@@ -129,12 +129,15 @@ func TestLaunchStopsTheJobWhenAWorkerFails(t *testing.T) {
 // the error names the rank they name, and the status is 128+9, as a
 // shell's.
 func TestLaunchReportsTheRankAtFault(t *testing.T) {
+	// [0] and [1] report only once [3] is about to die, however late the
+	// machine starts it.
 	script := `case $GYRE_LOCAL_RANK in
-	3) kill -9 $$ ;;
-	0|1) sleep 0.3; echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
+	3) touch "$TEST_DIR/dying"; kill -9 $$ ;;
+	0|1) while [ ! -e "$TEST_DIR/dying" ]; do sleep 0.05; done; sleep 0.5
+	   echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
 	*) exec sleep 30 ;;
 	esac`
-	_, stderr, err := launchLines(t, nil, "-n", "4", "--static", "--grace", "1s", "--", "sh", "-c", script)
+	_, stderr, err := launchLines(t, map[string]string{"TEST_DIR": t.TempDir()}, "-n", "4", "--static", "--grace", "3s", "--", "sh", "-c", script)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
 		t.Fatalf("launch = %v, want exit status 137\n%s", err, stderr)

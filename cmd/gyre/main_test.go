@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/gyre-ml/gyre/internal/syncio"
 )
 
 // asCLI in the environment makes the test binary act as the gyre command,
@@ -49,8 +51,10 @@ func run(t *testing.T, e env, args ...string) (string, string, error) {
 	var out, errb bytes.Buffer
 	root := newRootCmd(e)
 	root.SetArgs(args)
-	root.SetOut(&out)
-	root.SetErr(&errb)
+	// Serialised, as writes to a file are: launch's own log lines and its
+	// workers' copied output share stderr.
+	root.SetOut(syncio.NewWriter(&out))
+	root.SetErr(syncio.NewWriter(&errb))
 	root.SetIn(bytes.NewReader(nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

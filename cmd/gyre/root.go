@@ -9,6 +9,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/gyre-ml/gyre"
 )
 
 // env is what the commands may learn from the process: its environment and
@@ -48,7 +50,7 @@ func newRootCmd(e env) *cobra.Command {
 			for _, s := range []struct {
 				flag, env string
 				dst       *string
-			}{{"log-level", envLogLevel, &c.logLevel}, {"log-format", envLogFormat, &c.logFormat}} {
+			}{{"log-level", gyre.EnvLogLevel, &c.logLevel}, {"log-format", gyre.EnvLogFormat, &c.logFormat}} {
 				if v, ok := e.lookup(s.env); ok && v != "" && !cmd.Flags().Changed(s.flag) {
 					*s.dst = v
 					c.logLevelSet = c.logLevelSet || s.flag == "log-level"
@@ -78,31 +80,11 @@ func newRootCmd(e env) *cobra.Command {
 // newLogger builds the zerolog logger for --log-level and --log-format,
 // writing to w.
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
-	var lvl zerolog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		lvl = zerolog.DebugLevel
-	case "info":
-		lvl = zerolog.InfoLevel
-	case "warn", "warning":
-		lvl = zerolog.WarnLevel
-	case "error":
-		lvl = zerolog.ErrorLevel
-	default:
-		return zerolog.Nop(), fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", level)
+	l, err := gyre.NewLogger(w, level, format)
+	if err != nil {
+		return l, fmt.Errorf("invalid --%s", strings.Replace(err.Error(), " ", "-", 1)) // "invalid --log-level ..."
 	}
-	switch strings.ToLower(format) {
-	case "auto":
-		if isTerminal(w) {
-			w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
-		}
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
-	default:
-		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q: want auto, json or console", format)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	return l, nil
 }
 
 func isTerminal(w io.Writer) bool {

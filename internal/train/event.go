@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gyre-ml/gyre"
 )
@@ -75,6 +76,9 @@ func (e Event) Lead() bool {
 	case Joined:
 		return true
 	case Lost:
+		if e.Err != nil && e.Err.Unresponsive > 0 {
+			return true // about itself: the others report its loss
+		}
 		lead := 0
 		if e.Err != nil && e.Err.Rank == 0 {
 			lead = 1
@@ -98,6 +102,10 @@ func (e Event) String() string {
 		}
 		return s
 	case Lost:
+		if e.Err.Unresponsive > 0 {
+			return fmt.Sprintf("rank %d (%s, this worker) was unresponsive for %v in iteration %d, longer than the peer timeout: "+
+				"the others will have declared it lost", e.Rank, e.ID, e.Err.Unresponsive.Round(time.Millisecond), e.Iter)
+		}
 		who := fmt.Sprintf("rank %d", e.Err.Rank)
 		if e.Err.Rank < 0 {
 			who = "a worker"

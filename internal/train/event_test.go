@@ -132,3 +132,18 @@ func smallJob(t *testing.T) *Job {
 	}
 	return j
 }
+
+// TestEventStalledWorker: a worker that was itself unresponsive reports
+// that on its own line, naming itself rather than the peer it found
+// silent; an ordinary loss is reported by the lowest survivor alone.
+func TestEventStalledWorker(t *testing.T) {
+	stalled := Event{Kind: Lost, Iter: 9, Rank: 1, ID: "w-b", Err: &gyre.PeerLostError{Iter: 9, Rank: 0, Peer: "w-a",
+		Err: errors.New("peer silent"), Unresponsive: 5 * time.Second, SelfRank: 1, Self: "w-b"}}
+	if s := stalled.String(); !stalled.Lead() || !strings.HasPrefix(s, "rank 1 (w-b, this worker) was unresponsive for 5s in iteration 9") {
+		t.Errorf("stalled worker's event %q (lead %v), want it to name itself and show", s, stalled.Lead())
+	}
+	lost := Event{Kind: Lost, Iter: 9, Rank: 1, ID: "w-b", Err: &gyre.PeerLostError{Iter: 9, Rank: 2, Peer: "w-c", Err: errors.New("peer silent")}}
+	if s := lost.String(); lost.Lead() || s != "lost rank 2 (w-c) in iteration 9: peer silent" {
+		t.Errorf("loss seen by rank 1: %q (lead %v), want rank 0 alone to show it", s, lost.Lead())
+	}
+}
