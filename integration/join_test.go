@@ -16,8 +16,12 @@ import (
 // that used to kill it.
 
 // joinRuns is how many times each join scenario repeats: once in the
-// race-enabled suite, 20 times in the GYRE_LONG_TESTS step.
+// race-enabled suite, 20 times with GYRE_LONG_TESTS, or GYRE_JOIN_RUNS
+// times if set (CI runs fewer, to keep within its time).
 func joinRuns() int {
+	if n, err := strconv.Atoi(os.Getenv("GYRE_JOIN_RUNS")); err == nil && n > 0 && longTests() {
+		return n
+	}
 	if longTests() {
 		return 20
 	}
