@@ -35,8 +35,12 @@ import (
 // another are never admitted. Version 2 added the admission handshake.
 const protocolVersion = 2
 
-// seedWarnEvery paces the warnings of a joiner that no seed answers.
-const seedWarnEvery = 10 * time.Second
+// seedQuiet is how long a joiner that no seed answers waits before it
+// warns, and seedWarnEvery how often it warns again.
+const (
+	seedQuiet     = time.Second
+	seedWarnEvery = 10 * time.Second
+)
 
 // admitPoll paces the admission rounds before iteration 0.
 const admitPoll = 100 * time.Millisecond
@@ -123,6 +127,7 @@ func (w *Worker) nodeMeta(epoch uint64, rank int) membership.Meta {
 // A seed that answers with another cluster secret fails at once.
 func (w *Worker) joinSeeds(ctx context.Context) error {
 	var warned time.Time
+	began := time.Now()
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.node.Join(actx, w.cfg.Seeds)
@@ -134,11 +139,11 @@ func (w *Worker) joinSeeds(ctx context.Context) error {
 			return fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
 				w.cfg.Seeds, err)
 		}
-		// A warning at once and then every seedWarnEvery: a seed may
-		// start after its joiners, but a wrong address should not wait
-		// out JoinTimeout in silence.
+		// A warning after seedQuiet and then every seedWarnEvery: a seed
+		// started with its joiners answers within moments, but a wrong
+		// address should not wait out JoinTimeout in silence.
 		ev := w.log.Debug()
-		if time.Since(warned) >= seedWarnEvery {
+		if time.Since(began) >= seedQuiet && time.Since(warned) >= seedWarnEvery {
 			ev, warned = w.log.Warn(), time.Now()
 		}
 		deadline, _ := ctx.Deadline()

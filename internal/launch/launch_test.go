@@ -188,11 +188,16 @@ func TestBlame(t *testing.T) {
 		}, 2, "[1 2]"},
 		{"state", [][]string{{"Error: gyre: workers diverged: rank 1 holds a different state from rank 0 (digest 1, rank 0 2)"}}, 1, "[0]"},
 		{"disagree", [][]string{{"Error: rank 0 ended iteration 5"}, {"Error: rank 1 ended iteration 6"}}, -1, "[]"},
+		// log.Fatal's report, as an embedding trainer exits.
+		{"log.Fatal", [][]string{{"2026/11/25 23:37:14 gyre: lost rank 0 (a) in iteration 9: eof"}}, 0, "[0]"},
 		{"json", [][]string{{`{"level":"error","rank":1,"error":"gyre: lost rank 0 (a) in iteration 3"}`}}, 0, "[0]"},
 	} {
-		r, _, by := blame(tc.reports)
+		r, line, by := blame(tc.reports)
 		if r != tc.want || fmt.Sprint(by) != tc.by {
 			t.Errorf("%s: blame = rank %d by %v, want rank %d by %s", tc.name, r, by, tc.want, tc.by)
+		}
+		if strings.HasPrefix(line, "Error:") || strings.HasPrefix(line, "2026/") {
+			t.Errorf("%s: blame quotes %q, want the report without its prefix or log time", tc.name, line)
 		}
 	}
 }

@@ -42,7 +42,12 @@ func (r *report) get() []string {
 	return append([]string(nil), r.lines...)
 }
 
-var rankWord = regexp.MustCompile(`\brank (\d+)\b`)
+var (
+	rankWord = regexp.MustCompile(`\brank (\d+)\b`)
+	// logStamp is the date and time the standard library's log package
+	// puts before a log.Fatal report.
+	logStamp = regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(\.\d+)? `)
+)
 
 // named returns the ranks a report names, each line's first: a line such
 // as "rank 2 holds a different state from rank 0" names the odd rank
@@ -57,7 +62,7 @@ func named(lines []string) map[int]string {
 		}
 		r, err := strconv.Atoi(m[1])
 		if _, seen := ranks[r]; err == nil && !seen {
-			ranks[r] = strings.TrimSpace(strings.TrimPrefix(l, "Error:"))
+			ranks[r] = logStamp.ReplaceAllString(strings.TrimSpace(strings.TrimPrefix(l, "Error:")), "")
 		}
 	}
 	return ranks
