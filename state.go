@@ -104,7 +104,24 @@ func (s *State) fail(err error) {
 func (s *State) Err() error { return s.err }
 
 // commit copies every value aside, with iter, the next iteration to run.
+// It is all or nothing: the metadata, the only part that can fail to
+// copy, is encoded before anything is replaced, so a failed commit leaves
+// the previous one whole for Restore.
 func (s *State) commit(iter int64) error {
+	var metas [][]byte
+	for i, e := range s.entries {
+		if e.kind != kindMeta {
+			continue
+		}
+		b, err := e.meta.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("gyre: commit %q: %w", e.name, err)
+		}
+		if metas == nil {
+			metas = make([][]byte, len(s.entries))
+		}
+		metas[i] = b
+	}
 	for i := range s.entries {
 		e := &s.entries[i]
 		switch e.kind {
@@ -113,11 +130,7 @@ func (s *State) commit(iter int64) error {
 		case kindF64:
 			e.c64 = append(e.c64[:0], e.f64...)
 		case kindMeta:
-			b, err := e.meta.MarshalBinary()
-			if err != nil {
-				return fmt.Errorf("gyre: commit %q: %w", e.name, err)
-			}
-			e.cmeta = append(e.cmeta[:0], b...)
+			e.cmeta = append(e.cmeta[:0], metas[i]...)
 		}
 	}
 	s.iter, s.committed = iter, true

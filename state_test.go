@@ -37,6 +37,43 @@ func TestCommitRestore(t *testing.T) {
 	}
 }
 
+// failingMeta is metadata whose encoding fails while fail is set.
+type failingMeta struct {
+	v    byte
+	fail bool
+}
+
+func (m *failingMeta) MarshalBinary() ([]byte, error) {
+	if m.fail {
+		return nil, errors.New("cannot encode")
+	}
+	return []byte{m.v}, nil
+}
+
+func (m *failingMeta) UnmarshalBinary(b []byte) error { m.v = b[0]; return nil }
+
+// TestCommitIsAllOrNothing: a commit whose metadata fails to encode
+// changes nothing, so Restore still returns the previous commit whole,
+// not tensors of one iteration with metadata of another.
+func TestCommitIsAllOrNothing(t *testing.T) {
+	a := []float64{1}
+	first, second := &failingMeta{v: 1}, &failingMeta{v: 1}
+	s := NewState().Meta("first", first).Float64("a", a).Meta("second", second)
+	if err := s.commit(3); err != nil {
+		t.Fatal(err)
+	}
+	a[0], first.v, second.v, second.fail = 2, 2, 2, true
+	if err := s.commit(4); err == nil {
+		t.Fatal("commit succeeded although the metadata failed to encode")
+	}
+	second.fail = false
+	iter, err := s.restore()
+	if err != nil || iter != 3 || a[0] != 1 || first.v != 1 || second.v != 1 {
+		t.Fatalf("restore after a failed commit = iteration %d (%v), a %v, metadata %d %d; want commit 3 whole: 1, 1, 1",
+			iter, err, a, first.v, second.v)
+	}
+}
+
 func TestStateRegistrationErrors(t *testing.T) {
 	for name, s := range map[string]*State{
 		"empty name": NewState().Float32("", nil),
