@@ -1,0 +1,153 @@
+package recovery
+
+import (
+	"slices"
+	"testing"
+)
+
+func ids(s ...string) []ID {
+	out := make([]ID, len(s))
+	for i, x := range s {
+		out[i] = ID(x)
+	}
+	return out
+}
+
+func TestMajority(t *testing.T) {
+	v := View{Epoch: 3, Members: ids("a", "b", "c", "d", "e"), Joiners: ids("e"), Leavers: ids("d")}
+	if got := v.Voters(); !slices.Equal(got, ids("a", "b", "c")) {
+		t.Fatalf("Voters = %v", got)
+	}
+	for _, tc := range []struct {
+		s    []ID
+		want bool
+	}{
+		{ids("a", "b"), true},
+		{ids("a", "d", "e"), false}, // joiners and leavers do not count
+		{ids("a"), false},
+		{ids("a", "b", "c", "x"), true},
+		{nil, false},
+	} {
+		if got := v.Majority(tc.s); got != tc.want {
+			t.Errorf("Majority(%v) = %v", tc.s, got)
+		}
+	}
+	if (View{Members: ids("a", "b"), Joiners: ids("a", "b")}).Majority(ids("a", "b")) {
+		t.Error("a view without voters gave a majority")
+	}
+	if (View{Members: ids("a", "b")}).Majority(ids("a")) {
+		t.Error("half is a majority")
+	}
+}
+
+func TestCoordinator(t *testing.T) {
+	v := View{Members: ids("a", "b", "c", "d"), Leavers: ids("c")}
+	for _, tc := range []struct {
+		lost []ID
+		n    uint64
+		want ID
+	}{
+		{nil, 1, "a"},
+		{ids("a"), 1, "b"},
+		{nil, 2, "b"},
+		{nil, 3, "d"}, // c leaves
+		{nil, 4, "d"},
+		{ids("d"), 4, "a"}, // wraps
+		{nil, 5, "a"},
+	} {
+		if got, ok := Coordinator(v, tc.lost, tc.n); !ok || got != tc.want {
+			t.Errorf("Coordinator(lost %v, round %d) = %v, %v; want %v", tc.lost, tc.n, got, ok, tc.want)
+		}
+	}
+	if _, ok := Coordinator(v, ids("a", "b", "d"), 1); ok {
+		t.Error("picked a coordinator with everyone lost")
+	}
+}
+
+func TestGreedy(t *testing.T) {
+	all := ids("a", "b", "c", "d")
+	full := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a", "c", "d"), "c": ids("a", "b", "d"), "d": ids("a", "b", "c")}
+	if got := Greedy(all, full); !slices.Equal(got, all) {
+		t.Fatalf("full reach kept %v", got)
+	}
+	oneWay := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a", "c"), "c": ids("a", "b", "d"), "d": ids("a", "b", "c")}
+	if got := Greedy(all, oneWay); !slices.Equal(got, ids("a", "b", "c")) {
+		t.Fatalf("b does not hear d: kept %v, want the lower rank b", got)
+	}
+	star := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a"), "c": ids("a"), "d": ids("a")}
+	if got := Greedy(all, star); !slices.Equal(got, ids("a", "b")) {
+		t.Fatalf("star kept %v", got)
+	}
+}
+
+func TestChooseWinner(t *testing.T) {
+	next := View{Epoch: 4, Members: ids("a", "b", "c")}
+	c7 := Commit{Epoch: 3, Iter: 7, Digest: 1}
+	c8 := Commit{Epoch: 3, Iter: 8, Digest: 2}
+	c8new := Commit{Epoch: 4, Iter: 8, Digest: 3}
+	w, ok := ChooseWinner(next, map[ID]Commit{"a": c7, "b": c8, "c": c8, "x": {Iter: 99}})
+	if !ok || w != (Winner{Holder: "b", Commit: c8}) {
+		t.Fatalf("winner %+v, %v: want b's iteration 8, not the non-member's 99", w, ok)
+	}
+	if w, _ = ChooseWinner(next, map[ID]Commit{"a": c8, "c": c8new}); w.Holder != "c" {
+		t.Fatalf("a later epoch wins a tie on iteration: %+v", w)
+	}
+	if _, ok = ChooseWinner(next, map[ID]Commit{"a": c8, "b": {Epoch: 3, Iter: 8, Digest: 9}}); ok {
+		t.Fatal("diverged digests chose a winner")
+	}
+}
+
+func TestCanAccept(t *testing.T) {
+	v := func(e uint64, m ...string) View { return View{Epoch: e, Members: ids(m...)} }
+	for _, tc := range []struct {
+		name                string
+		installed, accepted View
+		p                   View
+		learn, ok           bool
+	}{
+		{"next epoch", v(3, "a", "b"), v(3, "a", "b"), v(4, "a"), false, true},
+		{"replaces an accepted one", v(3, "a", "b"), v(4, "a", "b"), v(4, "a"), false, true},
+		{"builds on the accepted view", v(3, "a", "b"), v(4, "a", "b"), v(5, "a"), true, true},
+		{"accepted view without it", v(3, "a", "b"), v(4, "b"), v(5, "b"), false, false},
+		{"old epoch", v(3, "a", "b"), v(3, "a", "b"), v(3, "a"), false, false},
+		{"too far", v(3, "a", "b"), v(3, "a", "b"), v(5, "a"), false, false},
+	} {
+		learn, ok := CanAccept("a", tc.installed, tc.accepted, tc.p)
+		if learn != tc.learn || ok != tc.ok {
+			t.Errorf("%s: CanAccept = %v, %v; want %v, %v", tc.name, learn, ok, tc.learn, tc.ok)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	v3 := View{Epoch: 3, Members: ids("a", "b", "c", "d", "e")}
+	rep := func(from string, reach []ID, c uint64) Report {
+		return Report{From: ID(from), Reach: reach, Installed: v3, Accepted: v3, Commit: Commit{Epoch: 3, Iter: c}}
+	}
+	all := ids("a", "b", "c", "d", "e")
+	reports := []Report{rep("b", all, 7), rep("c", all, 8), rep("d", all, 7)}
+	p, to, ok := Plan("b", reports)
+	if !ok || p.View.Epoch != 4 || !slices.Equal(p.View.Members, ids("b", "c", "d")) ||
+		!slices.Equal(p.Lost, ids("a", "e")) || p.Winner.Holder != "c" || !slices.Equal(to, ids("b", "c", "d")) {
+		t.Fatalf("Plan = %+v, %v, %v", p, to, ok)
+	}
+	if _, _, ok = Plan("b", reports[:2]); ok {
+		t.Fatal("2 of 5 proposed")
+	}
+	// d accepted a view for epoch 4 in round 2: it may have been chosen.
+	prior := View{Epoch: 4, Members: ids("a", "b", "d")}
+	reports[2].Accepted, reports[2].AcceptedRound, reports[2].AcceptedWinner = prior, Round{N: 2, Coord: "a"}, Winner{Holder: "a"}
+	p, _, ok = Plan("b", reports)
+	if !ok || !p.View.Same(prior) || p.Winner.Holder != "a" || !slices.Equal(p.Lost, ids("c", "e")) {
+		t.Fatalf("did not re-propose the accepted view: %+v, %v", p, ok)
+	}
+	if _, _, ok = Plan("c", reports); ok {
+		t.Fatal("c proposed a view it is not in")
+	}
+	// A report from a rank still on epoch 2 does not vote.
+	reports[0].Installed = View{Epoch: 2, Members: all}
+	reports[0].Accepted = reports[0].Installed
+	if ref, _ := Reference(reports); len(Counted(ref, reports)) != 2 {
+		t.Fatal("a rank on an older view was counted")
+	}
+}

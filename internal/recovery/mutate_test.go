@@ -1,0 +1,63 @@
+package recovery
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestMutations switches off one rule at a time and checks that the
+// simulator then finds a violation of the invariant the rule protects.
+func TestMutations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		on   func(bool)
+		want []string // the invariants that must fail
+	}{
+		{"no majority check", func(b bool) { mutate.noMajority = b }, []string{"I1", "I6"}},
+		{"install on proposal", func(b bool) { mutate.installOnPropose = b }, []string{"I1", "I6"}},
+		{"adopt the coordinator's commit", func(b bool) { mutate.adoptCoordinatorCommit = b }, []string{"I4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.on(true)
+			defer tc.on(false)
+			found := map[string]string{}
+			for n := 3; n <= 4; n++ {
+				for _, f1 := range firstFaults(n) {
+					for _, f2 := range allFaults(n) {
+						for _, step := range []int{0, 3, 6, 9} {
+							sc := scenario{n: n, faults: []fault{f1, f2}, at: []int{0, step}}
+							for _, v := range newSim(sc).run() {
+								if found[v.inv] == "" {
+									found[v.inv] = sc.String() + ": " + v.what
+								}
+							}
+						}
+					}
+				}
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			for range 200 {
+				sc := randomScenario(rng, 2+rng.IntN(4))
+				for _, v := range newSim(sc).run() {
+					if found[v.inv] == "" {
+						found[v.inv] = sc.String() + ": " + v.what
+					}
+				}
+			}
+			for _, w := range tc.want {
+				if found[w] == "" {
+					t.Errorf("no %s violation found; found %v", w, found)
+				}
+			}
+			var invs []string
+			for k := range found {
+				invs = append(invs, k)
+			}
+			slices.Sort(invs)
+			for _, w := range tc.want {
+				t.Logf("violations: %v; %s: %s", invs, w, found[w])
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package recovery
+
+import "slices"
+
+// Coordinator picks the coordinator of round n from ref: the member of
+// rank (n-1) mod |ref|, or the next one up (wrapping) that is not in lost
+// and is not leaving. So round 1 takes the lowest rank it hears, and a
+// rank that loses the coordinator or times out moves to round n+1 and
+// the next rank. Ranks that start a round independently agree on its
+// coordinator as long as they agree on n, which they learn from each
+// other's messages; a choice on each rank's own history would let them
+// chase each other round after round.
+func Coordinator(ref View, lost []ID, n uint64) (ID, bool) {
+	k := len(ref.Members)
+	if k == 0 {
+		return "", false
+	}
+	start := int((max(n, 1) - 1) % uint64(k))
+	for i := range k {
+		m := ref.Members[(start+i)%k]
+		if !slices.Contains(lost, m) && !slices.Contains(ref.Leavers, m) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+// Reference is the view a round counts its majority in: the highest
+// view any reporter installed. An installed view was chosen, so there is
+// one per epoch. A view only accepted may never have been chosen; counting
+// in it could let two disjoint groups each build on a view of their own.
+func Reference(reports []Report) (View, bool) {
+	var ref View
+	found := false
+	for _, r := range reports {
+		if !found || r.Installed.Epoch > ref.Epoch {
+			ref, found = r.Installed, true
+		}
+	}
+	return ref, found
+}
+
+// Counted keeps the reports that vote in a round whose reference is ref:
+// those of members of ref that installed ref, or accepted ref without yet
+// hearing it was installed. A rank on an older view never votes.
+func Counted(ref View, reports []Report) []Report {
+	var out []Report
+	for _, r := range reports {
+		if ref.Has(r.From) && (r.Installed.Epoch == ref.Epoch || r.Accepted.Same(ref)) &&
+			!slices.ContainsFunc(out, func(o Report) bool { return o.From == r.From }) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Report) int { return ref.Rank(a.From) - ref.Rank(b.From) })
+	return out
+}
+
+// Greedy keeps, of the candidates (in rank order), a set in which every
+// pair reaches each other both ways: it drops the member with the most
+// unreachable peers, the highest rank on ties, until none is left.
+func Greedy(candidates []ID, reach map[ID][]ID) []ID {
+	keep := slices.Clone(candidates)
+	both := func(a, b ID) bool {
+		return slices.Contains(reach[a], b) && slices.Contains(reach[b], a)
+	}
+	for {
+		worst, most := -1, 0
+		for i, a := range keep {
+			n := 0
+			for _, b := range keep {
+				if a != b && !both(a, b) {
+					n++
+				}
+			}
+			if n > 0 && n >= most {
+				worst, most = i, n
+			}
+		}
+		if worst < 0 {
+			return keep
+		}
+		keep = slices.Delete(keep, worst, worst+1)
+	}
+}
+
+// Plan is what the coordinator self of a round proposes, given the
+// reports it holds (its own among them), and to whom: the counted
+// reporters, who all may accept though not all may be kept. ok is false
+// if the round cannot propose: no majority of the reference view reported,
+// the kept members hold no majority, the coordinator is not kept, or
+// holders of one commit disagree on its digest.
+func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
+	ref, found := Reference(reports)
+	if !found {
+		return Propose{}, nil, false
+	}
+	counted := Counted(ref, reports)
+	for _, r := range counted {
+		to = append(to, r.From)
+	}
+	if !ref.Majority(to) {
+		return Propose{}, nil, false
+	}
+	// Paxos: a view accepted for the next epoch may have been chosen; the
+	// one of the highest round is the only one that may have been.
+	var prior *Report
+	for i, r := range counted {
+		if r.Accepted.Epoch == ref.Epoch+1 && (prior == nil || r.AcceptedRound.Cmp(prior.AcceptedRound) > 0) {
+			prior = &counted[i]
+		}
+	}
+	if prior != nil {
+		if !prior.Accepted.Has(self) {
+			return Propose{}, nil, false
+		}
+		return Propose{View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
+	}
+	var cands []ID
+	reach := map[ID][]ID{}
+	commits := map[ID]Commit{}
+	for _, r := range counted {
+		if slices.Contains(ref.Leavers, r.From) {
+			continue // a recovery is a boundary: leavers leave
+		}
+		cands = append(cands, r.From)
+		reach[r.From] = r.Reach
+		commits[r.From] = r.Commit
+	}
+	keep := Greedy(cands, reach)
+	next := View{Epoch: ref.Epoch + 1, Members: keep}
+	if !slices.Contains(keep, self) || !ref.Majority(keep) {
+		return Propose{}, nil, false
+	}
+	w, ok := ChooseWinner(next, commits)
+	if !ok {
+		return Propose{}, nil, false
+	}
+	if mutate.adoptCoordinatorCommit {
+		w = Winner{Holder: self, Commit: commits[self]}
+	}
+	return Propose{View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
+}

@@ -1,0 +1,358 @@
+package recovery
+
+import "slices"
+
+// Config sets the rank's timeouts, in ticks.
+type Config struct {
+	// CollectTicks is how long a coordinator waits for the reports of
+	// members it has no loss evidence for before it decides with those it
+	// has.
+	CollectTicks int
+	// RoundTicks is how long a rank stays in one round before it starts
+	// the next one with the next coordinator. It must cover a round's four
+	// message delays, or rounds preempt each other for ever.
+	RoundTicks int
+}
+
+// DefaultConfig suits a network that delivers within 3 ticks.
+var DefaultConfig = Config{CollectTicks: 7, RoundTicks: 30}
+
+// Input is one of Recv, Lost and Tick.
+type Input interface{ input() }
+
+// Recv is a message received from a peer.
+type Recv struct {
+	From ID
+	Msg  Msg
+}
+
+// Lost is evidence that Peer is gone: heartbeat silence past the peer
+// timeout, or a broken connection. Gossip is never evidence.
+type Lost struct{ Peer ID }
+
+// Tick is one unit of time.
+type Tick struct{}
+
+func (Recv) input() {}
+func (Lost) input() {}
+func (Tick) input() {}
+
+// Output is one of Send, Installed and Waiting.
+type Output interface{ output() }
+
+// Send asks the runtime to send Msg to To.
+type Send struct {
+	To  ID
+	Msg Msg
+}
+
+// Installed says the rank now runs in View: it drops the Lost ranks and
+// takes Winner's state (keeping its own until the copy matches the
+// digest).
+type Installed struct {
+	View   View
+	Lost   []ID
+	Winner Winner
+}
+
+// Waiting says a round ended without a view: no majority answered, or
+// the coordinator never proposed. The rank tries the next round.
+type Waiting struct{ Round Round }
+
+func (Send) output()      {}
+func (Installed) output() {}
+func (Waiting) output()   {}
+
+// Rank is one member's recovery state.
+type Rank struct {
+	cfg  Config
+	self ID
+
+	installed       View
+	installedWinner Winner
+	accepted        View // equals installed, or is of the next epoch
+	acceptedRound   Round
+	acceptedWinner  Winner
+	maxRound        Round
+	commit          Commit
+	lost            []ID // peers with loss evidence since the last install
+
+	recovering bool
+	round      Round // the round it takes part in
+	waited     int   // ticks in round
+	co         *coordination
+	out        []Output
+}
+
+// coordination is the coordinator's state for its round.
+type coordination struct {
+	round   Round
+	reports []Report
+	ticks   int
+	p       *Propose
+	ref     View
+	accepts []ID
+	done    bool
+}
+
+// NewRank starts a rank that runs in view v with commit c.
+func NewRank(self ID, v View, c Commit, cfg Config) *Rank {
+	return &Rank{cfg: cfg, self: self, installed: v.Clone(), accepted: v.Clone(), commit: c}
+}
+
+// Self is the rank's ID.
+func (r *Rank) Self() ID { return r.self }
+
+// Installed is the view the rank runs in.
+func (r *Rank) Installed() View { return r.installed.Clone() }
+
+// Accepted is the view the rank accepted last, and in which round.
+func (r *Rank) Accepted() (View, Round) { return r.accepted.Clone(), r.acceptedRound }
+
+// Commit is the state the rank holds.
+func (r *Rank) Commit() Commit { return r.commit }
+
+// Recovering reports whether the rank takes part in a round.
+func (r *Rank) Recovering() bool { return r.recovering }
+
+// Step applies one input and returns what to send and what was installed.
+func (r *Rank) Step(in Input) []Output {
+	r.out = nil
+	switch in := in.(type) {
+	case Lost:
+		r.onLost(in.Peer)
+	case Tick:
+		r.onTick()
+	case Recv:
+		// A message is a sign of life: the evidence it contradicts goes.
+		// If the peer is still gone, the runtime gives new evidence.
+		r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.From })
+		switch m := in.Msg.(type) {
+		case Report:
+			r.onReport(in.From, m)
+		case Propose:
+			r.onPropose(m)
+		case Accept:
+			r.onAccept(in.From, m)
+		case Install:
+			r.onInstall(m)
+		}
+	}
+	return r.out
+}
+
+func (r *Rank) send(to ID, m Msg) { r.out = append(r.out, Send{To: to, Msg: m}) }
+
+// known reports whether m is a member of a view the rank runs in or
+// accepted: only those may start or join its rounds.
+func (r *Rank) known(m ID) bool { return r.installed.Has(m) || r.accepted.Has(m) }
+
+func (r *Rank) onLost(p ID) {
+	if p == r.self || !r.known(p) || slices.Contains(r.lost, p) {
+		return
+	}
+	r.lost = append(r.lost, p)
+	if !r.recovering || p == r.round.Coord {
+		r.startRound()
+	}
+}
+
+// startRound starts round MaxRound+1 with the coordinator that Coordinator
+// picks from the installed view. Every rank that can vote holds the same
+// installed view (the reference), so all that agree on the round number
+// agree on its coordinator; a view only accepted is held by some ranks
+// and not others, and picking from it split the ranks between two
+// coordinators of one round number, for ever.
+func (r *Rank) startRound() {
+	n := r.maxRound.N + 1
+	c, ok := Coordinator(r.installed, r.lost, n)
+	if !ok {
+		c = r.self
+	}
+	r.join(Round{N: n, Coord: c})
+}
+
+// join enters round rd: a participant reports to its coordinator, the
+// coordinator calls every member it knows for reports.
+func (r *Rank) join(rd Round) {
+	r.maxRound, r.round, r.recovering, r.waited, r.co = rd, rd, true, 0, nil
+	rep := r.report(rd)
+	if rd.Coord != r.self {
+		r.send(rd.Coord, rep)
+		return
+	}
+	r.co = &coordination{round: rd, reports: []Report{rep}}
+	for _, m := range r.installed.Members {
+		if m != r.self {
+			r.send(m, rep)
+		}
+	}
+	for _, m := range r.accepted.Members {
+		if m != r.self && !r.installed.Has(m) {
+			r.send(m, rep)
+		}
+	}
+	r.decide(false)
+}
+
+func (r *Rank) report(rd Round) Report {
+	var reach []ID
+	for _, v := range []View{r.installed, r.accepted} {
+		for _, m := range v.Members {
+			if m != r.self && !slices.Contains(r.lost, m) && !slices.Contains(reach, m) {
+				reach = append(reach, m)
+			}
+		}
+	}
+	return Report{Round: rd, From: r.self, Reach: reach, Installed: r.installed.Clone(),
+		Accepted: r.accepted.Clone(), AcceptedRound: r.acceptedRound, AcceptedWinner: r.acceptedWinner,
+		Commit: r.commit}
+}
+
+func (r *Rank) onTick() {
+	if !r.recovering {
+		return
+	}
+	r.waited++
+	if co := r.co; co != nil && co.p == nil {
+		co.ticks++
+		if co.ticks >= r.cfg.CollectTicks {
+			r.decide(true)
+		}
+	}
+	if r.recovering && r.waited >= r.cfg.RoundTicks {
+		r.out = append(r.out, Waiting{Round: r.round})
+		r.startRound()
+	}
+}
+
+func (r *Rank) onReport(from ID, m Report) {
+	if !r.known(from) {
+		return // an excluded rank: it rejoins as a new member
+	}
+	if m.Installed.Epoch < r.installed.Epoch && r.installed.Has(from) {
+		// A member that missed our Install: it needs the view, not a round.
+		r.send(from, Install{Round: m.Round, View: r.installed.Clone(), Winner: r.installedWinner})
+		return
+	}
+	switch c := m.Round.Cmp(r.maxRound); {
+	case c > 0 && m.Round.Coord == r.self:
+		r.join(m.Round)
+		r.co.reports = append(r.co.reports, m)
+		r.decide(false)
+	case c > 0 && m.Round.Coord == from && !r.recovering:
+		// A call for reports. A rank already in a round stays with it
+		// until it ends: a rank that hears nobody calls for ever, and must
+		// not pull the others out of rounds that can finish.
+		r.join(m.Round)
+	case c == 0 && r.co != nil && r.co.round == m.Round && r.co.p == nil &&
+		!slices.ContainsFunc(r.co.reports, func(o Report) bool { return o.From == from }):
+		r.co.reports = append(r.co.reports, m)
+		r.decide(false)
+	}
+}
+
+// decide proposes once every member of the reference view that the
+// coordinator hears has reported, or, if final, with what it has.
+func (r *Rank) decide(final bool) {
+	co := r.co
+	if co == nil || co.p != nil {
+		return
+	}
+	// Its own report is refreshed: loss evidence may have come since.
+	co.reports[0] = r.report(co.round)
+	if !final {
+		ref, _ := Reference(co.reports)
+		for _, m := range ref.Members {
+			if !slices.Contains(r.lost, m) && !slices.ContainsFunc(co.reports, func(o Report) bool { return o.From == m }) {
+				return
+			}
+		}
+	}
+	p, to, ok := Plan(r.self, co.reports)
+	if !ok {
+		return // a minority waits; the round times out
+	}
+	p.Round = co.round
+	co.p = &p
+	co.ref, _ = Reference(co.reports)
+	for _, m := range to {
+		if m != r.self {
+			r.send(m, p)
+		}
+	}
+	r.onPropose(p)
+}
+
+func (r *Rank) onPropose(m Propose) {
+	if m.Round.Cmp(r.maxRound) < 0 {
+		return
+	}
+	learn, ok := CanAccept(r.self, r.installed, r.accepted, m.View)
+	if !ok {
+		return
+	}
+	if learn {
+		co := r.co // learning must not end the round it coordinates
+		r.install(r.accepted, r.acceptedWinner)
+		if m.Round.Coord == r.self {
+			r.co, r.recovering = co, true
+		}
+	}
+	if m.Round != r.round || !r.recovering {
+		r.maxRound, r.round, r.recovering, r.waited = m.Round, m.Round, true, 0
+		if m.Round.Coord != r.self {
+			r.co = nil
+		}
+	}
+	r.accepted, r.acceptedRound, r.acceptedWinner = m.View.Clone(), m.Round, m.Winner
+	if mutate.installOnPropose && m.View.Has(r.self) {
+		r.install(m.View, m.Winner)
+	}
+	a := Accept{Round: m.Round, Epoch: m.View.Epoch}
+	if m.Round.Coord == r.self {
+		r.onAccept(r.self, a)
+	} else {
+		r.send(m.Round.Coord, a)
+	}
+}
+
+func (r *Rank) onAccept(from ID, m Accept) {
+	co := r.co
+	if co == nil || co.p == nil || co.done || co.round != m.Round || co.p.View.Epoch != m.Epoch ||
+		slices.Contains(co.accepts, from) {
+		return
+	}
+	co.accepts = append(co.accepts, from)
+	if !co.ref.Majority(co.accepts) {
+		return
+	}
+	co.done = true
+	in := Install{Round: co.round, View: co.p.View, Winner: co.p.Winner}
+	for _, m := range in.View.Members {
+		if m != r.self {
+			r.send(m, Install{Round: in.Round, View: in.View.Clone(), Winner: in.Winner})
+		}
+	}
+	r.onInstall(in)
+}
+
+func (r *Rank) onInstall(m Install) {
+	if m.View.Epoch > r.installed.Epoch && m.View.Has(r.self) {
+		r.install(m.View, m.Winner)
+	}
+}
+
+// install starts running in v from w's state. The lost ranks are those
+// of the view it came from: the accepted one if that is v's predecessor.
+func (r *Rank) install(v View, w Winner) {
+	prev := r.installed
+	if r.accepted.Epoch+1 == v.Epoch {
+		prev = r.accepted
+	}
+	r.installed, r.installedWinner = v.Clone(), w
+	r.accepted, r.acceptedWinner = v.Clone(), w
+	r.commit = w.Commit
+	r.recovering, r.co, r.lost = false, nil, nil
+	r.out = append(r.out, Installed{View: v.Clone(), Lost: LostFrom(prev, v), Winner: w})
+}
