@@ -100,19 +100,23 @@ func TestChooseWinner(t *testing.T) {
 func TestCanAccept(t *testing.T) {
 	v := func(e uint64, m ...string) View { return View{Epoch: e, Members: ids(m...)} }
 	for _, tc := range []struct {
-		name                string
-		installed, accepted View
-		p                   View
-		learn, ok           bool
+		name                     string
+		installed, accepted, ref View
+		p                        View
+		learn, ok                bool
 	}{
-		{"next epoch", v(3, "a", "b"), v(3, "a", "b"), v(4, "a"), false, true},
-		{"replaces an accepted one", v(3, "a", "b"), v(4, "a", "b"), v(4, "a"), false, true},
-		{"builds on the accepted view", v(3, "a", "b"), v(4, "a", "b"), v(5, "a"), true, true},
-		{"accepted view without it", v(3, "a", "b"), v(4, "b"), v(5, "b"), false, false},
-		{"old epoch", v(3, "a", "b"), v(3, "a", "b"), v(3, "a"), false, false},
-		{"too far", v(3, "a", "b"), v(3, "a", "b"), v(5, "a"), false, false},
+		{"next epoch", v(3, "a", "b"), v(3, "a", "b"), v(3, "a", "b"), v(4, "a"), false, true},
+		{"replaces an accepted one", v(3, "a", "b"), v(4, "a", "b"), v(3, "a", "b"), v(4, "a"), false, true},
+		{"builds on the accepted view", v(3, "a", "b"), v(4, "a", "b"), v(4, "a", "b"), v(5, "a"), true, true},
+		{"accepted view without it", v(3, "a", "b"), v(4, "b"), v(4, "b"), v(5, "b"), false, false},
+		{"old epoch", v(3, "a", "b"), v(3, "a", "b"), v(2, "a", "b"), v(3, "a"), false, false},
+		{"too far", v(3, "a", "b"), v(3, "a", "b"), v(3, "a", "b"), v(5, "a"), false, false},
+		// Another view of the rank's epoch: the proposal was not built on
+		// what it runs in, nor on what it accepted.
+		{"another view of its epoch", v(3, "a", "b"), v(3, "a", "b"), v(3, "a", "c"), v(4, "a"), false, false},
+		{"learns only the accepted view itself", v(3, "a", "b"), v(4, "a", "b"), v(4, "a", "c"), v(5, "a"), false, false},
 	} {
-		learn, ok := CanAccept("a", tc.installed, tc.accepted, tc.p)
+		learn, ok := CanAccept("a", tc.installed, tc.accepted, tc.ref, tc.p)
 		if learn != tc.learn || ok != tc.ok {
 			t.Errorf("%s: CanAccept = %v, %v; want %v, %v", tc.name, learn, ok, tc.learn, tc.ok)
 		}
@@ -149,5 +153,32 @@ func TestPlan(t *testing.T) {
 	reports[0].Accepted = reports[0].Installed
 	if ref, _ := Reference(reports); len(Counted(ref, reports)) != 2 {
 		t.Fatal("a rank on an older view was counted")
+	}
+}
+
+// TestPlanNeedsTheCoordinatorCounted: a coordinator still on another view
+// of the reference epoch (it accepted a view of epoch 2 that was not the
+// one chosen) must not re-propose, even a view that holds it: it would
+// then "learn" its own epoch-2 view, which nobody chose, and install it
+// beside the chosen one.
+func TestPlanNeedsTheCoordinatorCounted(t *testing.T) {
+	v1 := View{Epoch: 1, Members: ids("a", "b", "c", "d")}
+	v2 := View{Epoch: 2, Members: ids("a", "c", "d")}
+	other2 := View{Epoch: 2, Members: ids("b", "c")}
+	v3 := View{Epoch: 3, Members: ids("a", "c")}
+	reports := []Report{
+		{From: "a", Reach: ids("c", "d"), Installed: v2, Accepted: v3, AcceptedRound: Round{N: 4, Coord: "a"}, Commit: Commit{Epoch: 2, Iter: 5}},
+		{From: "d", Reach: ids("a", "c"), Installed: v2, Accepted: v2, Commit: Commit{Epoch: 2, Iter: 5}},
+		{From: "c", Reach: ids("a", "d"), Installed: v1, Accepted: other2, AcceptedRound: Round{N: 3, Coord: "b"}, Commit: Commit{Epoch: 1, Iter: 4}},
+	}
+	if p, _, ok := Plan("c", reports); ok {
+		t.Fatalf("c, on another view of epoch 2, proposed %+v", p)
+	}
+	p, _, ok := Plan("a", reports)
+	if !ok || !p.View.Same(v3) || !p.Ref.Same(v2) {
+		t.Fatalf("a, counted, proposed %+v (%v); want the prior view %v on %v", p, ok, v3, v2)
+	}
+	if _, ok := CanAccept("c", v1, other2, p.Ref, p.View); ok {
+		t.Fatal("c accepted a proposal built on a view of its epoch it does not hold")
 	}
 }

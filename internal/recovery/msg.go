@@ -47,8 +47,11 @@ type Report struct {
 }
 
 // Propose asks the reference view's voters that reported to accept View.
+// Ref is the reference view it builds on: a rank accepts only a proposal
+// built on the view it runs in, or on the one it accepted.
 type Propose struct {
 	Round  Round
+	Ref    View
 	View   View
 	Lost   []ID
 	Winner Winner

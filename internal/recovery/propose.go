@@ -110,10 +110,12 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 		}
 	}
 	if prior != nil {
-		if !prior.Accepted.Has(self) {
+		// The coordinator must be counted itself, as on the fresh path:
+		// one on another view of the reference epoch must not propose.
+		if !prior.Accepted.Has(self) || !slices.Contains(to, self) {
 			return Propose{}, nil, false
 		}
-		return Propose{View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
+		return Propose{Ref: ref.Clone(), View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
 	}
 	var cands []ID
 	reach := map[ID][]ID{}
@@ -138,5 +140,5 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 	if mutate.adoptCoordinatorCommit {
 		w = Winner{Holder: self, Commit: commits[self]}
 	}
-	return Propose{View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
+	return Propose{Ref: ref.Clone(), View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
 }

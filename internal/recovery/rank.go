@@ -288,7 +288,7 @@ func (r *Rank) onPropose(m Propose) {
 	if m.Round.Cmp(r.maxRound) < 0 {
 		return
 	}
-	learn, ok := CanAccept(r.self, r.installed, r.accepted, m.View)
+	learn, ok := CanAccept(r.self, r.installed, r.accepted, m.Ref, m.View)
 	if !ok {
 		return
 	}
