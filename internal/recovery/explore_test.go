@@ -128,7 +128,7 @@ func TestSimulationRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 1))
 	maxN, runs := 5, 1500
 	if longTests() {
-		maxN, runs = 8, 40000
+		maxN, runs = 8, 20000
 	}
 	for range runs {
 		sc := randomScenario(rng, 2+rng.IntN(maxN-1))

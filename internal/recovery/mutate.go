@@ -6,4 +6,5 @@ var mutate struct {
 	noMajority             bool // any voter is a majority
 	installOnPropose       bool // install a proposal without waiting for Install
 	adoptCoordinatorCommit bool // the coordinator's own commit wins
+	ignorePrior            bool // propose afresh though a view of the next epoch was accepted
 }

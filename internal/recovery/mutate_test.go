@@ -17,6 +17,7 @@ func TestMutations(t *testing.T) {
 		{"no majority check", func(b bool) { mutate.noMajority = b }, []string{"I1", "I6"}},
 		{"install on proposal", func(b bool) { mutate.installOnPropose = b }, []string{"I1", "I6"}},
 		{"adopt the coordinator's commit", func(b bool) { mutate.adoptCoordinatorCommit = b }, []string{"I4"}},
+		{"ignore a view accepted for the next epoch", func(b bool) { mutate.ignorePrior = b }, []string{"I1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.on(true)

@@ -83,6 +83,36 @@ func Greedy(candidates []ID, reach map[ID][]ID) []ID {
 	}
 }
 
+// Chosen finds a view of the epoch after the reference that the reports
+// prove chosen: its acceptors in one round, with that round's coordinator
+// (which accepts its own proposal before anyone else can), hold a
+// majority of the reference's voters. Such a view may be installed at
+// once, even by a minority of the reference, which could never make a
+// proposal of its own; without this, ranks that missed the Install of a
+// view whose installer was then cut off wait for ever.
+func Chosen(reports []Report) (Install, bool) {
+	ref, found := Reference(reports)
+	if !found {
+		return Install{}, false
+	}
+	counted := Counted(ref, reports)
+	for _, r := range counted {
+		if r.Accepted.Epoch != ref.Epoch+1 {
+			continue
+		}
+		acceptors := []ID{r.AcceptedRound.Coord}
+		for _, o := range counted {
+			if o.AcceptedRound == r.AcceptedRound && o.Accepted.Same(r.Accepted) && !slices.Contains(acceptors, o.From) {
+				acceptors = append(acceptors, o.From)
+			}
+		}
+		if ref.Majority(acceptors) {
+			return Install{Round: r.AcceptedRound, View: r.Accepted.Clone(), Winner: r.AcceptedWinner}, true
+		}
+	}
+	return Install{}, false
+}
+
 // Plan is what the coordinator self of a round proposes, given the
 // reports it holds (its own among them), and to whom: the counted
 // reporters, who all may accept though not all may be kept. ok is false
@@ -109,7 +139,7 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 			prior = &counted[i]
 		}
 	}
-	if prior != nil {
+	if prior != nil && !mutate.ignorePrior {
 		// The coordinator must be counted itself, as on the fresh path:
 		// one on another view of the reference epoch must not propose.
 		if !prior.Accepted.Has(self) || !slices.Contains(to, self) {

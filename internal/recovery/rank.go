@@ -269,6 +269,18 @@ func (r *Rank) decide(final bool) {
 			}
 		}
 	}
+	if in, ok := Chosen(co.reports); ok && in.View.Has(r.self) {
+		// The reports prove a view chosen: tell its members, as its
+		// coordinator would have.
+		co.done = true
+		for _, m := range in.View.Members {
+			if m != r.self {
+				r.send(m, Install{Round: in.Round, View: in.View.Clone(), Winner: in.Winner})
+			}
+		}
+		r.onInstall(in)
+		return
+	}
 	p, to, ok := Plan(r.self, co.reports)
 	if !ok {
 		return // a minority waits; the round times out

@@ -247,6 +247,11 @@ func (s *sim) apply(f fault) {
 // connectedMajority reports whether some set of live ranks, each pair
 // hearing each other both ways, holds a majority of v.
 func (s *sim) connectedMajority(v View) bool {
+	return s.connectedMajorityOf(v, func(int) bool { return true })
+}
+
+// connectedMajorityOf is connectedMajority over the ranks in.
+func (s *sim) connectedMajorityOf(v View, in func(i int) bool) bool {
 	for set := uint(1); set < 1<<s.n; set++ {
 		var ids []ID
 		ok := true
@@ -259,7 +264,7 @@ func (s *sim) connectedMajority(v View) bool {
 					ok = false
 				}
 			}
-			if !s.up(i) {
+			if !s.up(i) || !in(i) {
 				ok = false
 			}
 			ids = append(ids, s.ids[i])
@@ -313,8 +318,11 @@ func (s *sim) run() []violation {
 			}
 			continue
 		}
-		if s.nextFault < len(s.sc.faults) && len(s.queue) == 0 && !s.anyRecovering() && s.tick > 0 {
-			// Nothing moves: the next fault strikes now.
+		if s.nextFault < len(s.sc.faults) && s.quietBut() {
+			// Nothing moves, and nothing will: the next fault strikes now.
+			// (Not merely an empty queue: right after a fault nothing is
+			// in flight until the failure detector fires, and a fault
+			// meant for the recovery's middle must wait for it.)
 			s.sc.at[s.nextFault] = s.steps
 			continue
 		}
@@ -357,6 +365,15 @@ func (s *sim) anyRecovering() bool {
 		}
 	}
 	return false
+}
+
+// quietBut is quiet, but a frozen rank may stay frozen: the state in
+// which a fault still to come can only strike next.
+func (s *sim) quietBut() bool {
+	frozen := slices.Clone(s.frozenUntil)
+	clear(s.frozenUntil)
+	defer copy(s.frozenUntil, frozen)
+	return s.quiet()
 }
 
 // quiet reports that nothing can change any more: every live rank runs
@@ -552,7 +569,11 @@ func (s *sim) checkEnd() {
 			}
 		}
 	}
-	if !whole && s.connectedMajority(h) {
+	// Progress is owed only to a majority that knows h: ranks that
+	// installed it. Ranks that merely accepted it cannot tell it was
+	// chosen unless their accepts prove it (Chosen), and must not guess.
+	knows := func(i int) bool { return s.ranks[i].Installed().Epoch == h.Epoch }
+	if !whole && s.connectedMajorityOf(h, knows) {
 		var state []string
 		for i, r := range s.ranks {
 			acc, rd := r.Accepted()
