@@ -68,8 +68,8 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--log-level", "loud", "keygen"}, `invalid --log-level "loud"`},
-		{[]string{"--log-format", "xml", "keygen"}, `invalid --log-format "xml"`},
+		{[]string{"--log-level", "loud", "keygen"}, `--log-level "loud", --log-format "auto": log level "loud": want debug, info, warn or error`},
+		{[]string{"--log-format", "xml", "keygen"}, `log format "xml": want auto, json or console`},
 		{[]string{"keygen", "--nope"}, "unknown flag: --nope"},
 		{[]string{"keygen", "extra"}, "unknown command"},
 		{[]string{"nope"}, `unknown command "nope"`},

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
@@ -82,7 +81,7 @@ func newRootCmd(e env) *cobra.Command {
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	l, err := gyre.NewLogger(w, level, format)
 	if err != nil {
-		return l, fmt.Errorf("invalid --%s", strings.Replace(err.Error(), " ", "-", 1)) // "invalid --log-level ..."
+		return l, fmt.Errorf("--log-level %q, --log-format %q: %w", level, format, err)
 	}
 	return l, nil
 }
