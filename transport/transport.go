@@ -23,6 +23,7 @@ const (
 	ChanProbe                   // link probes
 	ChanLiveness                // heartbeats, apart from everything else (package liveness)
 	ChanJoin                    // the admission handshake between a pending joiner and the members
+	ChanRecovery                // recovery's rounds, when a member is lost
 	NumChannels
 )
 
@@ -38,6 +39,8 @@ func (c Channel) String() string {
 		return "liveness"
 	case ChanJoin:
 		return "join"
+	case ChanRecovery:
+		return "recovery"
 	}
 	return "chan(" + strconv.Itoa(int(c)) + ")"
 }
@@ -107,6 +110,18 @@ type Dropper interface {
 // network and is safe for concurrent use.
 type Forgetter interface {
 	Forget(peer PeerID)
+}
+
+// Reopener is implemented by transports whose channels are streams that
+// a cancelled receive can leave out of step (transport.Transport.Recv).
+// Reopen closes this side's streams of ch to peer, if any are open: the
+// next Send opens new ones, which the peer reads once it has read what
+// the old ones still hold, or at once if it gave up on them. A worker
+// reopens its links at the start of a view after a failed exchange, so
+// that no receive of the new view waits on a stream the old one broke.
+// Reopen does not block on the network and is safe for concurrent use.
+type Reopener interface {
+	Reopen(peer PeerID, ch Channel)
 }
 
 // Refusal is an inbound connection that a transport refused during

@@ -115,6 +115,10 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
+// Reopen makes the next Send to peer on ch open new streams
+// (transport.Reopener).
+func (t *Transport) Reopen(peer transport.PeerID, ch transport.Channel) { t.core.Reopen(peer, ch) }
+
 // Forget drops peer and releases every record of it (transport.Forgetter).
 func (t *Transport) Forget(peer transport.PeerID) {
 	t.core.Forget(peer) // calls onDrop

@@ -31,6 +31,10 @@ type inSlot struct {
 	cur     *inGen        // generation the Recv in progress reads
 	cc      canceller     // sets a past deadline on cur when a Recv's ctx ends
 	quit    chan struct{} // closed when the peer is forgotten: stops the readers
+	// renew says the peer reopens this channel too (Reopen): until its
+	// next generation arrives, a head generation that ends or dies waits
+	// for it instead of failing Recv.
+	renew bool
 
 	// Owned by the Recv in progress (at most one per slot).
 	readers []*stripeReader // index s for stripe s > 0
@@ -215,6 +219,7 @@ func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
 		}
 		g = &inGen{k: k, streams: make([]*inStream, k)}
 		sl.gens = append(sl.gens, g)
+		sl.renew = false // the reopening peer's generation is here
 	}
 	g.streams[h.Stripe] = is
 	sl.signalLocked()
@@ -315,7 +320,8 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			perr = &transport.PeerError{Peer: sl.peer, Op: "recv",
 				Err: fmt.Errorf("peer closed its %v stream: %w", sl.ch, io.EOF)}
 			closers = g.killLocked(perr, nil)
-			retry = len(sl.gens) > 1 && sl.gens[0] == g // a newer generation follows
+			// A newer generation follows, or the peer is reopening.
+			retry = (len(sl.gens) > 1 && sl.gens[0] == g) || sl.renew
 			if !retry {
 				t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Msg("peer closed the channel")
 			}
@@ -329,6 +335,9 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			closers = g.killLocked(perr, nil)
 			t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Err(err).Msg("stream failed")
 			err = perr
+			// A reopening peer resets the streams it leaves behind; its
+			// next generation follows. Anything else is the peer's loss.
+			retry = consumed == 0 && (sl.renew || (len(sl.gens) > 1 && sl.gens[0] == g))
 		}
 		sl.signalLocked()
 		t.mu.Unlock()
@@ -358,7 +367,7 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 			return nil, nil, ctx.Err()
 		}
 		if g == nil {
-			for len(sl.gens) > 1 && sl.gens[0].err != nil {
+			for len(sl.gens) > 0 && sl.gens[0].err != nil && (len(sl.gens) > 1 || sl.renew) {
 				copy(sl.gens, sl.gens[1:])
 				sl.gens[len(sl.gens)-1] = nil
 				sl.gens = sl.gens[:len(sl.gens)-1]

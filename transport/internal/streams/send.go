@@ -152,6 +152,33 @@ func (t *Transport) Send(ctx context.Context, id transport.PeerID, ch transport.
 	return err
 }
 
+// Reopen closes the open streams of (id, ch), if the channel has any:
+// the next Send opens a new generation (transport.Reopener). The peer
+// reopens its side too, so from now on a Recv whose generation ends or
+// was broken waits for the peer's next one instead of failing.
+func (t *Transport) Reopen(id transport.PeerID, ch transport.Channel) {
+	if checkChannel(ch) != nil {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	var oc *outChan
+	p := t.peerLocked(id)
+	if p.out != nil {
+		oc = p.out.chans[ch]
+	}
+	sl := t.slotLocked(p, ch)
+	sl.renew = true
+	sl.signalLocked()
+	t.mu.Unlock()
+	if oc != nil {
+		oc.resetStreams()
+	}
+}
+
 // outChan returns the sending side of (id, ch), or ErrNotConnected.
 func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan, error) {
 	t.mu.Lock()
