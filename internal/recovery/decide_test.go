@@ -182,3 +182,44 @@ func TestPlanNeedsTheCoordinatorCounted(t *testing.T) {
 		t.Fatal("c accepted a proposal built on a view of its epoch it does not hold")
 	}
 }
+
+// TestDivergedIsTerminal: holders of one commit with different digests
+// end the recovery for good (Waiting with Diverged), rather than fail
+// the same proposal round after round.
+func TestDivergedIsTerminal(t *testing.T) {
+	v := View{Epoch: 1, Members: ids("a", "b", "c")}
+	a := NewRank("a", v, Commit{Epoch: 1, Iter: 7, Digest: 70}, DefaultConfig)
+	rd := Round{N: 1, Coord: "a"}
+	rep := func(from string, d uint64) Report {
+		return Report{Round: rd, From: ID(from), Reach: ids("a", "b", "c"), Installed: v, Accepted: v,
+			Commit: Commit{Epoch: 1, Iter: 8, Digest: d}}
+	}
+	if outs := a.Step(Recv{From: "b", Msg: rep("b", 80)}); slices.ContainsFunc(outs, func(o Output) bool { _, ok := o.(Waiting); return ok }) {
+		t.Fatalf("gave up before c reported: %+v", outs)
+	}
+	var got []ID
+	for _, o := range a.Step(Recv{From: "c", Msg: rep("c", 81)}) {
+		if w, ok := o.(Waiting); ok {
+			got = w.Diverged
+		}
+	}
+	if !slices.Equal(got, ids("b", "c")) {
+		t.Fatalf("Diverged = %v, want b and c", got)
+	}
+	for range DefaultConfig.RoundTicks + 1 {
+		if outs := a.Step(Tick{}); len(outs) > 0 {
+			t.Fatalf("a diverged rank went on: %+v", outs)
+		}
+	}
+	// The same reports with one digest make a proposal, and no Diverged.
+	a = NewRank("a", v, Commit{Epoch: 1, Iter: 7, Digest: 70}, DefaultConfig)
+	a.Step(Recv{From: "b", Msg: rep("b", 80)})
+	for _, o := range a.Step(Recv{From: "c", Msg: rep("c", 80)}) {
+		if w, ok := o.(Waiting); ok {
+			t.Fatalf("agreeing holders: %+v", w)
+		}
+	}
+	if !a.Recovering() {
+		t.Fatal("no round")
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -27,111 +29,228 @@ func firstFaults(n int) []fault {
 }
 
 // exploreSteps is how many message steps of a run the second fault is
-// tried at.
+// tried at in the normal run; the long run tries every step.
 const exploreSteps = 20
 
+// setup is the initial state of an exploration: a view with a joiner or
+// a leaver, and with boundary, the faults strike during the barrier of
+// a boundary that adds the joiner or drops the leaver (see scenario).
+type setup struct {
+	joiner, leaver, boundary bool
+	advanced                 uint
+}
+
+func (su setup) scenario(n int, faults []fault, at []int) scenario {
+	return scenario{n: n, joiner: su.joiner, leaver: su.leaver, boundary: su.boundary, advanced: su.advanced,
+		faults: faults, at: at}
+}
+
 // explore runs, for n ranks, every first fault alone and then with every
-// second fault before each of the first exploreSteps message steps. It
-// returns the first violation of each run that has one, and how many runs
-// it made.
-func explore(n int, joiner, leaver bool, stop bool) (bad []string, runs int) {
-	for _, f1 := range firstFaults(n) {
-		base := scenario{n: n, joiner: joiner, leaver: leaver, faults: []fault{f1}, at: []int{0}}
-		s := newSim(base)
-		runs++
-		if v := s.run(); len(v) > 0 {
-			bad = append(bad, fmt.Sprintf("%v: %s %s", base, v[0].inv, v[0].what))
-			if stop {
-				return bad, runs
+// second fault before each message step of the first one's run (the
+// first steps of it unless long). It returns the first violation of each
+// run that has one, and how many runs it made. The first faults are
+// explored in parallel, one per CPU; each run is deterministic, and the
+// results are put together in order.
+func explore(n int, su setup, steps int, stop bool) (bad []string, runs int) {
+	f1s := firstFaults(n)
+	type result struct {
+		bad  []string
+		runs int
+	}
+	results := make([]result, len(f1s))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for k, f1 := range f1s {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res := &results[k]
+			base := su.scenario(n, []fault{f1}, []int{0})
+			s := newSim(base)
+			res.runs++
+			if v := s.run(); len(v) > 0 {
+				res.bad = append(res.bad, fmt.Sprintf("%v: %s %s", base, v[0].inv, v[0].what))
+				if stop {
+					return
+				}
 			}
-		}
-		for step := range min(exploreSteps, s.steps+1) {
-			for _, f2 := range allFaults(n) {
-				sc := scenario{n: n, joiner: joiner, leaver: leaver, faults: []fault{f1, f2}, at: []int{0, step}}
-				runs++
-				if v := newSim(sc).run(); len(v) > 0 {
-					bad = append(bad, fmt.Sprintf("%v: %s %s", sc, v[0].inv, v[0].what))
-					if stop {
-						return bad, runs
+			last := s.steps + 1
+			if steps > 0 {
+				last = min(steps, last)
+			}
+			for step := range last {
+				for _, f2 := range allFaults(n) {
+					sc := su.scenario(n, []fault{f1, f2}, []int{0, step})
+					res.runs++
+					if v := newSim(sc).run(); len(v) > 0 {
+						res.bad = append(res.bad, fmt.Sprintf("%v: %s %s", sc, v[0].inv, v[0].what))
+						if stop {
+							return
+						}
 					}
 				}
 			}
-		}
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		bad = append(bad, r.bad...)
+		runs += r.runs
 	}
 	return bad, runs
 }
 
-// TestSimulationExhaustive drives 2 to 5 ranks (8 with GYRE_LONG_TESTS=1)
+func report(t *testing.T, bad []string, runs int) {
+	t.Helper()
+	for i, b := range bad {
+		if i == 5 {
+			t.Errorf("… and %d more", len(bad)-5)
+			break
+		}
+		t.Error(b)
+	}
+	if runs < 10 {
+		t.Fatalf("only %d runs", runs)
+	}
+	t.Logf("%d runs", runs)
+}
+
+// stepsLimit is exploreSteps, or 0 (every step) in the long run.
+func stepsLimit() int {
+	if longTests() {
+		return 0
+	}
+	return exploreSteps
+}
+
+// TestSimulationExhaustive drives 2 to 5 ranks (7 with GYRE_LONG_TESTS=1)
 // through one fault, and through two with the second one before each
-// message step of the recovery the first one started, every kind and
-// target. I1–I6 must hold in every run.
+// message step of the recovery the first one started (the first 20 steps;
+// every step if long, up to 5 ranks), every kind and target. I1–I6 must
+// hold in every run. Random schedules cover 8 ranks.
 func TestSimulationExhaustive(t *testing.T) {
 	maxN := 5
 	if longTests() {
-		maxN = 8
+		maxN = 7
 	}
 	for n := 2; n <= maxN; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			bad, runs := explore(n, false, false, false)
-			for i, b := range bad {
-				if i == 5 {
-					t.Errorf("… and %d more", len(bad)-5)
-					break
-				}
-				t.Error(b)
+			steps := stepsLimit()
+			if n > 5 {
+				steps = exploreSteps // every step of 6 or more ranks is too long even for CI
 			}
-			if runs < 10 {
-				t.Fatalf("only %d runs", runs)
-			}
-			t.Logf("%d runs", runs)
+			bad, runs := explore(n, setup{}, steps, false)
+			report(t, bad, runs)
 		})
 	}
 }
 
 // TestSimulationJoinerLeaver is the exhaustive exploration with a view
 // whose last rank just joined (it has no state and does not vote), and
-// with one whose rank 1 asked to leave.
+// with one whose rank 1 asked to leave, for 3 to 5 ranks: the second
+// fault before each of the first 20 message steps with 3 ranks, 10 with
+// 4 and 5 with 5 (every step if long; less under the race detector).
 func TestSimulationJoinerLeaver(t *testing.T) {
-	for _, n := range []int{3} {
-		for _, jl := range [][2]bool{{true, false}, {false, true}} {
-			t.Run(fmt.Sprintf("%d/joiner=%v", n, jl[0]), func(t *testing.T) {
-				bad, _ := explore(n, jl[0], jl[1], false)
-				for i, b := range bad {
-					if i == 5 {
-						t.Errorf("… and %d more", len(bad)-5)
-						break
+	maxN := 5
+	if raceEnabled && !longTests() {
+		maxN = 4
+	}
+	for n := 3; n <= maxN; n++ {
+		for _, su := range []setup{{joiner: true}, {leaver: true}} {
+			t.Run(fmt.Sprintf("%d/joiner=%v", n, su.joiner), func(t *testing.T) {
+				steps := stepsLimit()
+				if steps > 0 && n > 3 {
+					// 10 steps with 4 ranks, 5 with 5 (and under the race
+					// detector, 5 with 4 and no 5).
+					steps = exploreSteps / 2 >> (n - 4)
+					if raceEnabled {
+						steps = exploreSteps / 4
 					}
-					t.Error(b)
 				}
+				bad, runs := explore(n, su, steps, false)
+				report(t, bad, runs)
 			})
 		}
 	}
 }
 
-// randomScenario draws one or two faults at random steps, with random
-// delivery order and delays.
-func randomScenario(rng *rand.Rand, n int) scenario {
-	fs := allFaults(n)
+// boundarySetups are the boundaries explored for n ranks: one that drops
+// the leaver and one that adds the joiner, each with nobody, rank 0 only,
+// or every rank but the last past the barrier when the faults strike.
+func boundarySetups(n int) []setup {
+	var out []setup
+	for _, su := range []setup{{leaver: true, boundary: true}, {joiner: true, boundary: true}} {
+		for _, adv := range []uint{0, 1, 1<<(n-1) - 1} {
+			su.advanced = adv
+			out = append(out, su)
+		}
+	}
+	return out
+}
+
+// TestSimulationBoundary is the exhaustive exploration of a crash (or any
+// first fault) during a boundary's barrier: every member decided the
+// next view from the table (round 0's accept), some have started running
+// in it, the others not yet. 3 to 4 ranks (5 if long); the second fault
+// before each of the first 10 message steps (every step if long; 5 under
+// the race detector).
+func TestSimulationBoundary(t *testing.T) {
+	maxN := 4
+	if longTests() {
+		maxN = 5
+	}
+	for n := 3; n <= maxN; n++ {
+		for _, su := range boundarySetups(n) {
+			t.Run(fmt.Sprintf("%d/joiner=%v/advanced=%b", n, su.joiner, su.advanced), func(t *testing.T) {
+				steps := stepsLimit()
+				if steps > 0 {
+					steps = exploreSteps / 2
+					if raceEnabled {
+						steps = exploreSteps / 4
+					}
+				}
+				bad, runs := explore(n, su, steps, false)
+				report(t, bad, runs)
+			})
+		}
+	}
+}
+
+// randomScenario draws one to three faults at random steps (blips
+// among them), with random delivery order, delays and duplicates, and
+// sometimes a boundary.
+func randomScenario(rng *rand.Rand, n int, maxStep int) scenario {
+	fs := append(allFaults(n), blips(n)...)
 	sc := scenario{n: n, seed: rng.Uint64() | 1, joiner: rng.IntN(5) == 0, leaver: rng.IntN(5) == 0}
-	for range 1 + rng.IntN(2) {
+	if n >= 3 && rng.IntN(4) == 0 {
+		sc.boundary = true
+		if !sc.joiner && !sc.leaver {
+			sc.joiner = rng.IntN(2) == 0
+			sc.leaver = !sc.joiner
+		}
+		sc.advanced = uint(rng.IntN(1 << n))
+	}
+	for range 1 + rng.IntN(3) {
 		sc.faults = append(sc.faults, fs[rng.IntN(len(fs))])
-		sc.at = append(sc.at, rng.IntN(60))
+		sc.at = append(sc.at, rng.IntN(maxStep))
 	}
 	sc.at[0] = 0
 	return sc
 }
 
-// TestSimulationRandom runs random schedules: random delivery order and
-// delays of 1 to 3 ticks, one or two faults at random steps. Up to 5
-// ranks here; with GYRE_LONG_TESTS=1, up to 8 and many more runs.
+// TestSimulationRandom runs random schedules: random delivery order,
+// delays of 1 to 3 ticks and duplicates, one to three faults at random
+// steps. Up to 5 ranks here; with GYRE_LONG_TESTS=1, up to 8 and many
+// more runs, with faults later.
 func TestSimulationRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 1))
-	maxN, runs := 5, 1500
+	maxN, runs, maxStep := 5, 1500, 60
 	if longTests() {
-		maxN, runs = 8, 20000
+		maxN, runs, maxStep = 8, 20000, 150
 	}
 	for range runs {
-		sc := randomScenario(rng, 2+rng.IntN(maxN-1))
+		sc := randomScenario(rng, 2+rng.IntN(maxN-1), maxStep)
 		if v := newSim(sc).run(); len(v) > 0 {
 			t.Fatalf("%v: %s %s", sc, v[0].inv, v[0].what)
 		}

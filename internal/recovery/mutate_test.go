@@ -3,6 +3,7 @@ package recovery
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -39,7 +40,7 @@ func TestMutations(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(5, 6))
 			for range 200 {
-				sc := randomScenario(rng, 2+rng.IntN(4))
+				sc := randomScenario(rng, 2+rng.IntN(4), 60)
 				for _, v := range newSim(sc).run() {
 					if found[v.inv] == "" {
 						found[v.inv] = sc.String() + ": " + v.what
@@ -61,4 +62,22 @@ func TestMutations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMajorityWindow: without the majority check, the side of a 2-2
+// partition installs a view though no majority of the old view was ever
+// alive and connected after the fault; the window check of I6 (not only
+// the count of acceptors) must say so.
+func TestMajorityWindow(t *testing.T) {
+	mutate.noMajority = true
+	defer func() { mutate.noMajority = false }()
+	for _, f2 := range allFaults(4) {
+		sc := scenario{n: 4, faults: []fault{{kind: partition, group: 0b11}, f2}, at: []int{0, 0}}
+		for _, v := range newSim(sc).run() {
+			if v.inv == "I6" && strings.Contains(v.what, "alive and connected since") {
+				return
+			}
+		}
+	}
+	t.Fatal("no I6 violation of the majority window")
 }

@@ -147,6 +147,24 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 		}
 		return Propose{Ref: ref.Clone(), View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
 	}
+	next, commits := fresh(ref, counted)
+	if !next.Has(self) || !ref.Majority(next.Members) {
+		return Propose{}, nil, false
+	}
+	w, ok := ChooseWinner(next, commits)
+	if !ok {
+		return Propose{}, nil, false
+	}
+	if mutate.adoptCoordinatorCommit {
+		w = Winner{Holder: self, Commit: commits[self]}
+	}
+	return Propose{Ref: ref.Clone(), View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
+}
+
+// fresh is the view a round proposes when no view of the next epoch was
+// accepted: the counted reporters that are not leaving, less those the
+// greedy rule drops; and the commits they reported.
+func fresh(ref View, counted []Report) (View, map[ID]Commit) {
 	var cands []ID
 	reach := map[ID][]ID{}
 	commits := map[ID]Commit{}
@@ -158,17 +176,33 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 		reach[r.From] = r.Reach
 		commits[r.From] = r.Commit
 	}
-	keep := Greedy(cands, reach)
-	next := View{Epoch: ref.Epoch + 1, Members: keep}
-	if !slices.Contains(keep, self) || !ref.Majority(keep) {
-		return Propose{}, nil, false
+	return View{Epoch: ref.Epoch + 1, Members: Greedy(cands, reach)}, commits
+}
+
+// Diverged lists the members that would make the fresh proposal of the
+// coordinator self fail because they hold the highest commit with
+// different digests (ChooseWinner), or nil if Plan fails, or succeeds,
+// for any other reason. Such a failure is terminal: no later round can
+// mend it.
+func Diverged(self ID, reports []Report) []ID {
+	ref, found := Reference(reports)
+	if !found {
+		return nil
 	}
-	w, ok := ChooseWinner(next, commits)
-	if !ok {
-		return Propose{}, nil, false
+	counted := Counted(ref, reports)
+	var to []ID
+	for _, r := range counted {
+		to = append(to, r.From)
+		if r.Accepted.Epoch == ref.Epoch+1 && !mutate.ignorePrior {
+			return nil // a re-proposal carries its winner
+		}
 	}
-	if mutate.adoptCoordinatorCommit {
-		w = Winner{Holder: self, Commit: commits[self]}
+	if !ref.Majority(to) {
+		return nil
 	}
-	return Propose{Ref: ref.Clone(), View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
+	next, commits := fresh(ref, counted)
+	if !next.Has(self) || !ref.Majority(next.Members) {
+		return nil
+	}
+	return divergedHolders(next, commits)
 }

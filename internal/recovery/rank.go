@@ -57,7 +57,18 @@ type Installed struct {
 
 // Waiting says a round ended without a view: no majority answered, or
 // the coordinator never proposed. The rank tries the next round.
-type Waiting struct{ Round Round }
+//
+// If Diverged is not empty the wait is over for good: the coordinator
+// found that these members hold one commit (one iteration and epoch) with
+// different digests, so their states diverged and no copy can be trusted.
+// The rank stops (Step does nothing more), and the runtime ends the job
+// with ErrDiverged, as docs/recovery.md says. Without this the rank would
+// try the same proposal round after round until QuorumTimeout, and fail
+// with a misleading "no majority".
+type Waiting struct {
+	Round    Round
+	Diverged []ID
+}
 
 func (Send) output()      {}
 func (Installed) output() {}
@@ -73,9 +84,19 @@ type Rank struct {
 	accepted        View // equals installed, or is of the next epoch
 	acceptedRound   Round
 	acceptedWinner  Winner
-	maxRound        Round
-	commit          Commit
-	lost            []ID // peers with loss evidence since the last install
+	// maxRound is the highest round the rank reported or accepted in: it
+	// accepts no proposal of a lower round (Paxos's promise), and its next
+	// round is numbered above it. It is not raised by every message seen,
+	// as docs/recovery.md had it: then a rank that hears nobody, or that
+	// others hear but that hears nobody (a one-way cut), and calls round
+	// after round sets the numbers of everyone's rounds, and two ranks
+	// that each start the round above the other's call each other for
+	// ever (the simulator found both).
+	maxRound Round
+	commit   Commit
+	lost     []ID // peers with loss evidence since the last install
+	lostGen  int  // counts the changes of lost
+	diverged bool // it reported diverged states: it does nothing more
 
 	recovering bool
 	round      Round // the round it takes part in
@@ -93,6 +114,12 @@ type coordination struct {
 	ref     View
 	accepts []ID
 	done    bool
+	// decided is what the last decision saw (the reports and the loss
+	// evidence); a tick decides again only if that changed.
+	decided struct {
+		final            bool
+		reports, lostGen int
+	}
 }
 
 // NewRank starts a rank that runs in view v with commit c.
@@ -118,6 +145,9 @@ func (r *Rank) Recovering() bool { return r.recovering }
 // Step applies one input and returns what to send and what was installed.
 func (r *Rank) Step(in Input) []Output {
 	r.out = nil
+	if r.diverged {
+		return nil
+	}
 	switch in := in.(type) {
 	case Lost:
 		r.onLost(in.Peer)
@@ -126,7 +156,10 @@ func (r *Rank) Step(in Input) []Output {
 	case Recv:
 		// A message is a sign of life: the evidence it contradicts goes.
 		// If the peer is still gone, the runtime gives new evidence.
-		r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.From })
+		if slices.Contains(r.lost, in.From) {
+			r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.From })
+			r.lostGen++
+		}
 		switch m := in.Msg.(type) {
 		case Report:
 			r.onReport(in.From, m)
@@ -152,6 +185,7 @@ func (r *Rank) onLost(p ID) {
 		return
 	}
 	r.lost = append(r.lost, p)
+	r.lostGen++
 	if !r.recovering || p == r.round.Coord {
 		r.startRound()
 	}
@@ -233,7 +267,21 @@ func (r *Rank) onReport(from ID, m Report) {
 	if m.Installed.Epoch < r.installed.Epoch && r.installed.Has(from) {
 		// A member that missed our Install: it needs the view, not a round.
 		r.send(from, Install{Round: m.Round, View: r.installed.Clone(), Winner: r.installedWinner})
-		return
+		if !r.recovering {
+			return
+		}
+		// But this rank is in a round, and must not lose a healthy member
+		// from it. Once the Install arrives, the member holds our view and
+		// its winner's commit, and has accepted nothing of the next epoch:
+		// that is what it reports, in the round it reported in (its
+		// promise). In another round, the coordinator calls it again; it
+		// answers once it has installed, if that round is above its
+		// promise.
+		m = Report{Round: m.Round, From: from, Reach: m.Reach, Installed: r.installed.Clone(),
+			Accepted: r.installed.Clone(), AcceptedWinner: r.installedWinner, Commit: r.installedWinner.Commit}
+		if co := r.co; co != nil && co.p == nil && co.round != m.Round {
+			r.send(from, co.reports[0])
+		}
 	}
 	switch c := m.Round.Cmp(r.maxRound); {
 	case c > 0 && m.Round.Coord == r.self:
@@ -259,6 +307,10 @@ func (r *Rank) decide(final bool) {
 	if co == nil || co.p != nil {
 		return
 	}
+	if final && co.decided.final && co.decided.reports == len(co.reports) && co.decided.lostGen == r.lostGen {
+		return // nothing changed since the last final decision
+	}
+	co.decided.final, co.decided.reports, co.decided.lostGen = final, len(co.reports), r.lostGen
 	// Its own report is refreshed: loss evidence may have come since.
 	co.reports[0] = r.report(co.round)
 	if !final {
@@ -283,6 +335,11 @@ func (r *Rank) decide(final bool) {
 	}
 	p, to, ok := Plan(r.self, co.reports)
 	if !ok {
+		if ds := Diverged(r.self, co.reports); len(ds) > 0 {
+			// Terminal: waiting cannot mend diverged states.
+			r.out = append(r.out, Waiting{Round: co.round, Diverged: ds})
+			r.diverged, r.recovering, r.co = true, false, nil
+		}
 		return // a minority waits; the round times out
 	}
 	p.Round = co.round
@@ -366,5 +423,48 @@ func (r *Rank) install(v View, w Winner) {
 	r.accepted, r.acceptedWinner = v.Clone(), w
 	r.commit = w.Commit
 	r.recovering, r.co, r.lost = false, nil, nil
+	r.lostGen++
 	r.out = append(r.out, Installed{View: v.Clone(), Lost: LostFrom(prev, v), Winner: w})
+}
+
+// Committed records the state the rank now holds: a Commit after a
+// boundary, or its own commit again after a state transfer failed. A
+// rank in a round keeps the commit it reported.
+func (r *Rank) Committed(c Commit) {
+	if !r.recovering {
+		r.commit = c
+	}
+}
+
+// Decided records that a boundary decided view v, of the next epoch,
+// from a table this rank holds: round 0's accept. Until the boundary's
+// barrier ends (Advanced), a recovery reports v as accepted, and its
+// coordinator re-proposes it, since every member may hold the table.
+func (r *Rank) Decided(v View) {
+	if v.Epoch != r.installed.Epoch+1 || r.recovering {
+		return
+	}
+	r.accepted, r.acceptedRound, r.acceptedWinner = v.Clone(), Round{}, r.boundaryWinner(v, r.commit)
+}
+
+// boundaryWinner is the winner of a boundary's view v: every voter of v
+// held commit c at the boundary, and the lowest sends it. Every rank
+// computes the same, so a re-proposal of v (from Decided) and a catch-up
+// Install of it (after Advanced) carry one value.
+func (r *Rank) boundaryWinner(v View, c Commit) Winner {
+	holder := r.self
+	if vs := v.Voters(); len(vs) > 0 {
+		holder = vs[0]
+	}
+	return Winner{Holder: holder, Commit: c}
+}
+
+// Advanced records that the rank started running in v at a boundary:
+// the barrier after the table proved every member accepted it. c is the
+// commit it holds.
+func (r *Rank) Advanced(v View, c Commit) {
+	r.installed, r.installedWinner = v.Clone(), r.boundaryWinner(v, c)
+	r.accepted, r.acceptedRound, r.acceptedWinner = v.Clone(), Round{}, r.installedWinner
+	r.commit, r.recovering, r.co, r.lost = c, false, nil, nil
+	r.lostGen++
 }

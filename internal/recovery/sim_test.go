@@ -17,7 +17,19 @@ import (
 const (
 	peerTimeout = 3
 	freezeTicks = 40 // long enough for the others to recover without the frozen rank
+	// trainIters is how many iterations a whole view trains (and every
+	// member commits) before the run lets it rest, so that runs end.
+	trainIters = 2
+	// lateTicks is the collective timeout: a member of a rank's view that
+	// is alive and connected but does not run in it (it installed an older
+	// view and missed every Install since) holds up its collectives, and
+	// is then lost to it, as a late rank is.
+	lateTicks = 2 * 30
 )
+
+// digest is the state digest after iteration it: training is
+// deterministic, so equal iterations have equal digests.
+func digest(it uint64) uint64 { return 10 * it }
 
 // endRounds is I5's bound, in rounds after the network last changed: the
 // coordinator rotation may try each of the n ranks before one that can
@@ -32,6 +44,7 @@ const (
 	cutBoth                    // a and b no longer hear each other
 	cutOne                     // b no longer hears a
 	partition                  // the ranks in group and the rest no longer hear each other
+	blip                       // the connection a-b breaks and is made again: what is in flight on it is lost, and both get the evidence
 	numFaultKinds
 )
 
@@ -51,6 +64,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("cut %d-%d", f.a, f.b)
 	case cutOne:
 		return fmt.Sprintf("cut %d->%d", f.a, f.b)
+	case blip:
+		return fmt.Sprintf("blip %d-%d", f.a, f.b)
 	}
 	return fmt.Sprintf("partition %b", f.group)
 }
@@ -78,16 +93,37 @@ func allFaults(n int) []fault {
 	return fs
 }
 
+// blips lists every blip on n ranks. Only random schedules draw them: a
+// lost message is mended by the rounds, not by the order of faults.
+func blips(n int) []fault {
+	var fs []fault
+	for a := range n {
+		for b := a + 1; b < n; b++ {
+			fs = append(fs, fault{kind: blip, a: a, b: b})
+		}
+	}
+	return fs
+}
+
 // scenario is one run: the initial view and commits, and when each fault
 // strikes (before message step at, counting deliveries from the start).
+//
+// With boundary, the faults strike during a boundary's barrier: the
+// initial view (epoch 1) decided the view of epoch 2 from its table,
+// which drops the leaver (rank 1) or adds the joiner (the last rank, then
+// pending: no member of epoch 1). Every member of epoch 1 holds the table
+// (Decided); the ranks in advanced passed the barrier and run in epoch 2
+// (Advanced), the others do not yet. The leaver leaves at once.
 type scenario struct {
-	n       int
-	joiner  bool // the last rank joined in the initial view
-	leaver  bool // rank 1 asked to leave in the initial view
-	faults  []fault
-	at      []int
-	seed    uint64 // 0: FIFO delivery after one tick; else random order and delays
-	maxTick int    // 0: the default bound
+	n        int
+	joiner   bool // the last rank joined in the initial view (or, with boundary, joins at it)
+	leaver   bool // rank 1 asked to leave in the initial view
+	boundary bool
+	advanced uint // with boundary, bit i: rank i passed the barrier
+	faults   []fault
+	at       []int
+	seed     uint64 // 0: FIFO delivery after one tick; else random order, delays and duplicates
+	maxTick  int    // 0: the default bound
 }
 
 func (sc scenario) String() string {
@@ -99,6 +135,9 @@ func (sc scenario) String() string {
 	if sc.leaver {
 		b.WriteString(" leaver")
 	}
+	if sc.boundary {
+		fmt.Fprintf(&b, " boundary advanced=%b", sc.advanced)
+	}
 	for i, f := range sc.faults {
 		fmt.Fprintf(&b, ", %v at step %d", f, sc.at[i])
 	}
@@ -108,15 +147,36 @@ func (sc scenario) String() string {
 	return b.String()
 }
 
+// envelope is a message in flight, or, with train, a training
+// iteration's commit on its way to rank to (its vote has reached to).
 type envelope struct {
 	from, to int
 	msg      Msg
 	due      int
+	train    bool
+	commit   Commit
 }
 
 type installRec struct {
 	view   View
 	lost   []ID
+	winner Winner
+	// barrier: only Advanced installed it so far, at the boundary; lost
+	// is then unknown.
+	barrier bool
+}
+
+// acceptKey is one accept: a round, a view and its winner.
+type acceptKey struct {
+	round  Round
+	view   string
+	winner Winner
+}
+
+// accState is the accept state of a rank, to tell its accepts apart.
+type accState struct {
+	view   View
+	round  Round
 	winner Winner
 }
 
@@ -135,6 +195,7 @@ type sim struct {
 	rng     *rand.Rand
 
 	crashed     []bool
+	gone        []bool // left at the boundary, or stopped on diverged states: no fault, but down
 	frozenUntil []int  // the tick a frozen rank resumes at; 0 if not frozen
 	cut         []bool // cut[i*n+j]: j does not hear i
 	queue       []envelope
@@ -142,20 +203,33 @@ type sim struct {
 	nextFault   int
 	lastChange  int // the last tick a fault struck, a rank resumed or a view was installed
 
-	downSince []int  // [obs*n+peer]: tick since peer is silent to obs; -1 if not
-	told      []bool // [obs*n+peer]: obs has had Lost for this silence
-	installAt []int  // per rank, the tick of its last install
-	heardAt   []int  // [obs*n+peer]: the tick obs last got a message from peer
-	lastAcc   []View // per rank, the accepted view last recorded
+	downSince []int      // [obs*n+peer]: tick since peer is silent to obs; -1 if not
+	told      []bool     // [obs*n+peer]: obs has had Lost for this silence
+	lateSince []int      // [obs*n+peer]: tick since peer is late to obs; -1 if not
+	installAt []int      // per rank, the tick of its last install
+	heardAt   []int      // [obs*n+peer]: the tick obs last got a message from peer
+	lastAcc   []accState // per rank, the accept state last seen
 
-	installs   map[uint64]installRec
-	acceptedBy map[string][]int  // view key → ranks that accepted it
-	seen       []map[string]bool // per rank, the views it installed or accepted
-	// everMajority: a majority of the initial view was alive and
-	// connected at some time since the first fault.
-	everMajority bool
-	faulted      bool
-	bad          []violation
+	installs map[uint64]installRec
+	accepts  map[acceptKey][]int // the ranks that accepted, per round, view and winner
+	seen     []map[string]bool   // per rank, the views it installed or accepted
+	// hadMajority[e]: since the view of epoch e was first installed (the
+	// initial one: since the faults of step 0), a majority of its voters
+	// was at some time alive and connected to one live rank both ways. A
+	// view of epoch e+1 needs that, for its reports and accepts.
+	hadMajority map[uint64]bool
+	netDirty    bool // the network changed since hadMajority was updated
+
+	// Training: trained[e] iterations were started in epoch e; pending[e]
+	// of their commits are in flight.
+	trained, pending map[uint64]int
+	everCommit       map[Commit]bool      // every commit any rank held
+	digestAt         map[[2]uint64]uint64 // (epoch, iter) → digest, over every commit held
+	maxEver          []Commit             // per rank, the highest commit it held
+	epochMax         []map[uint64]Commit  // per rank, per epoch: the highest commit it made running in it
+
+	faulted bool
+	bad     []violation
 }
 
 func viewKey(v View) string {
@@ -165,34 +239,27 @@ func viewKey(v View) string {
 func newSim(sc scenario) *sim {
 	n := sc.n
 	sc.at = slices.Clone(sc.at)
-	s := &sim{sc: sc, n: n, installs: map[uint64]installRec{}, acceptedBy: map[string][]int{}}
+	s := &sim{sc: sc, n: n, installs: map[uint64]installRec{}, accepts: map[acceptKey][]int{},
+		hadMajority: map[uint64]bool{}, trained: map[uint64]int{}, pending: map[uint64]int{},
+		everCommit: map[Commit]bool{}, digestAt: map[[2]uint64]uint64{}}
 	if sc.seed != 0 {
 		s.rng = rand.New(rand.NewPCG(sc.seed, uint64(n)))
 	}
 	for i := range n {
 		s.ids = append(s.ids, ID(fmt.Sprintf("r%d", i)))
 	}
+	pendingJoiner := sc.boundary && sc.joiner
 	s.initial = View{Epoch: 1, Members: slices.Clone(s.ids)}
-	if sc.joiner {
+	if pendingJoiner {
+		s.initial.Members = s.initial.Members[:n-1]
+	} else if sc.joiner {
 		s.initial.Joiners = []ID{s.ids[n-1]}
 	}
 	if sc.leaver && n > 2 {
 		s.initial.Leavers = []ID{s.ids[1]}
 	}
-	for i := range n {
-		// Odd ranks committed iteration 8 before the fault, even ones only
-		// 7: the winner rule matters, and rank 0 is behind.
-		c := Commit{Epoch: 1, Iter: 7, Digest: 70}
-		if i%2 == 1 {
-			c = Commit{Epoch: 1, Iter: 8, Digest: 80}
-		}
-		if sc.joiner && i == n-1 {
-			c = Commit{}
-		}
-		s.ranks = append(s.ranks, NewRank(s.ids[i], s.initial, c, DefaultConfig))
-		s.seen = append(s.seen, map[string]bool{viewKey(s.initial): true})
-	}
 	s.crashed = make([]bool, n)
+	s.gone = make([]bool, n)
 	s.frozenUntil = make([]int, n)
 	s.cut = make([]bool, n*n)
 	s.downSince = make([]int, n*n)
@@ -200,10 +267,117 @@ func newSim(sc scenario) *sim {
 		s.downSince[i] = -1
 	}
 	s.told = make([]bool, n*n)
+	s.lateSince = make([]int, n*n)
+	for i := range s.lateSince {
+		s.lateSince[i] = -1
+	}
 	s.installAt = make([]int, n)
 	s.heardAt = make([]int, n*n)
-	s.lastAcc = make([]View, n)
+	s.lastAcc = make([]accState, n)
+	s.maxEver = make([]Commit, n)
+	s.epochMax = make([]map[uint64]Commit, n)
+	for i := range n {
+		// Odd ranks committed iteration 8 before the fault, even ones only
+		// 7: the winner rule matters, and rank 0 is behind. At a boundary
+		// every member committed the same iteration.
+		c := Commit{Epoch: 1, Iter: 7, Digest: digest(7)}
+		if i%2 == 1 || sc.boundary {
+			c = Commit{Epoch: 1, Iter: 8, Digest: digest(8)}
+		}
+		v := s.initial
+		if sc.joiner && i == n-1 {
+			c = Commit{}
+			if pendingJoiner {
+				v = View{} // pending: no view, no table
+			}
+		}
+		s.ranks = append(s.ranks, NewRank(s.ids[i], v, c, DefaultConfig))
+		s.seen = append(s.seen, map[string]bool{viewKey(v): true})
+		s.epochMax[i] = map[uint64]Commit{}
+		s.noteCommit(i, c)
+		s.lastAcc[i] = s.accState(i)
+	}
+	if sc.boundary {
+		s.startBoundary()
+		// Every member held the table: round 0's accepts were made with
+		// every rank alive and connected.
+		s.noteMajority()
+	}
 	return s
+}
+
+// startBoundary plays the boundary of a boundary scenario up to the
+// faults: every member of epoch 1 decides the view of epoch 2 from the
+// table, the advanced ones pass the barrier, and the leaver leaves.
+func (s *sim) startBoundary() {
+	next := View{Epoch: 2}
+	for _, m := range s.ids {
+		if s.initial.Has(m) && !slices.Contains(s.initial.Leavers, m) || !s.initial.Has(m) {
+			next.Members = append(next.Members, m)
+		}
+	}
+	if s.sc.joiner {
+		next.Joiners = []ID{s.ids[s.n-1]}
+	}
+	if next.Same(View{Epoch: 2, Members: s.initial.Members}) {
+		panic("a boundary scenario needs a joiner or a leaver")
+	}
+	holder := next.Voters()[0]
+	for i, r := range s.ranks {
+		if !s.initial.Has(s.ids[i]) {
+			continue // the pending joiner holds no table
+		}
+		r.Decided(next)
+		k := acceptKey{view: viewKey(next), winner: Winner{Holder: holder, Commit: r.Commit()}}
+		s.accepts[k] = append(s.accepts[k], i)
+		s.seen[i][viewKey(next)] = true
+		s.lastAcc[i] = s.accState(i)
+	}
+	c := s.ranks[0].Commit()
+	for i, r := range s.ranks {
+		if s.sc.advanced>>i&1 == 0 || !next.Has(s.ids[i]) {
+			continue
+		}
+		r.Advanced(next, c)
+		s.noteCommit(i, c)
+		s.seen[i][viewKey(next)] = true
+		s.lastAcc[i] = s.accState(i)
+		if _, ok := s.installs[2]; !ok {
+			s.installs[2] = installRec{view: next, winner: Winner{Holder: holder, Commit: c}, barrier: true}
+		}
+	}
+	for i := range s.ranks {
+		if s.initial.Has(s.ids[i]) && !next.Has(s.ids[i]) {
+			s.gone[i] = true // the leaver: it holds the table, and goes
+		}
+	}
+}
+
+func (s *sim) accState(i int) accState {
+	r := s.ranks[i]
+	return accState{view: r.accepted, round: r.acceptedRound, winner: r.acceptedWinner}
+}
+
+// noteCommit records that rank i holds c, and checks that one iteration
+// and epoch has one digest everywhere (I3) and that the rank never goes
+// back (I4).
+func (s *sim) noteCommit(i int, c Commit) {
+	s.everCommit[c] = true
+	k := [2]uint64{c.Epoch, c.Iter}
+	if d, ok := s.digestAt[k]; ok && d != c.Digest {
+		s.fail("I3", "commit of epoch %d iteration %d held with digests %d and %d (rank %d)", c.Epoch, c.Iter, d, c.Digest, i)
+	} else if !ok {
+		s.digestAt[k] = c.Digest
+	}
+	if c.Cmp(s.maxEver[i]) < 0 {
+		s.fail("I4", "rank %d went back from %+v to %+v", i, s.maxEver[i], c)
+	} else {
+		s.maxEver[i] = c
+	}
+	e := s.ranks[i].installed.Epoch
+	if m, ok := s.epochMax[i][e]; !ok || c.Cmp(m) > 0 {
+		s.epochMax[i][e] = c
+	}
 }
 
 func (s *sim) fail(inv, format string, args ...any) {
@@ -212,16 +386,23 @@ func (s *sim) fail(inv, format string, args ...any) {
 
 func (s *sim) idx(id ID) int { return slices.Index(s.ids, id) }
 
-func (s *sim) up(i int) bool { return !s.crashed[i] && s.frozenUntil[i] == 0 }
+func (s *sim) up(i int) bool { return !s.crashed[i] && !s.gone[i] && s.frozenUntil[i] == 0 }
 
 // hears reports whether j hears i now.
 func (s *sim) hears(j, i int) bool { return s.up(i) && s.up(j) && !s.cut[i*s.n+j] }
+
+// drop loses the messages in flight from a to b: their connection broke.
+func (s *sim) drop(a, b int) {
+	s.queue = slices.DeleteFunc(s.queue, func(e envelope) bool { return !e.train && e.from == a && e.to == b })
+}
 
 func (s *sim) apply(f fault) {
 	n := s.n
 	switch f.kind {
 	case crash:
 		s.crashed[f.a] = true
+		// Its connections break: what it sent and nobody read is lost.
+		s.queue = slices.DeleteFunc(s.queue, func(e envelope) bool { return !e.train && e.from == f.a })
 	case freeze:
 		if !s.crashed[f.a] {
 			s.frozenUntil[f.a] = s.tick + freezeTicks
@@ -238,19 +419,23 @@ func (s *sim) apply(f fault) {
 				}
 			}
 		}
+	case blip:
+		s.drop(f.a, f.b)
+		s.drop(f.b, f.a)
+		s.noteMajority()
+		for _, p := range [][2]int{{f.a, f.b}, {f.b, f.a}} {
+			if s.up(p[0]) {
+				s.step(p[0], Lost{Peer: s.ids[p[1]]})
+			}
+		}
 	}
 	s.faulted = true
 	s.lastChange = s.tick
-	s.noteMajority()
+	s.netDirty = true
 }
 
-// connectedMajority reports whether some set of live ranks, each pair
-// hearing each other both ways, holds a majority of v.
-func (s *sim) connectedMajority(v View) bool {
-	return s.connectedMajorityOf(v, func(int) bool { return true })
-}
-
-// connectedMajorityOf is connectedMajority over the ranks in.
+// connectedMajorityOf reports whether some set of live ranks in in, each
+// pair hearing each other both ways, holds a majority of v.
 func (s *sim) connectedMajorityOf(v View, in func(i int) bool) bool {
 	for set := uint(1); set < 1<<s.n; set++ {
 		var ids []ID
@@ -276,11 +461,40 @@ func (s *sim) connectedMajorityOf(v View, in func(i int) bool) bool {
 	return false
 }
 
-// noteMajority records whether a majority of the initial view is alive
-// and connected now; it is called whenever the network changes.
+// starMajority reports whether some live rank and the live voters of v
+// that hear it and that it hears, both ways, hold a majority of v: what
+// a coordinator needs, at least, to gather reports and accepts.
+func (s *sim) starMajority(v View) bool {
+	for c := range s.n {
+		if !s.up(c) {
+			continue
+		}
+		ids := []ID{s.ids[c]}
+		for j := range s.n {
+			if j != c && s.hears(c, j) && s.hears(j, c) {
+				ids = append(ids, s.ids[j])
+			}
+		}
+		if trueMajority(v, ids) {
+			return true
+		}
+	}
+	return false
+}
+
+// noteMajority updates hadMajority for every view installed, with the
+// network as it is now. It runs before anything moves after the network
+// changed (so two faults of one step count as one change), and when a
+// view is first installed.
 func (s *sim) noteMajority() {
-	if s.connectedMajority(s.initial) {
-		s.everMajority = true
+	s.netDirty = false
+	if !s.hadMajority[s.initial.Epoch] && s.starMajority(s.initial) {
+		s.hadMajority[s.initial.Epoch] = true
+	}
+	for e, rec := range s.installs {
+		if !s.hadMajority[e] && s.starMajority(rec.view) {
+			s.hadMajority[e] = true
+		}
 	}
 }
 
@@ -306,11 +520,24 @@ func (s *sim) run() []violation {
 			s.nextFault++
 			continue
 		}
+		if s.netDirty {
+			s.noteMajority()
+		}
 		// Deliver what is due, one message per step.
 		if k := s.nextDue(); k >= 0 {
 			e := s.queue[k]
 			s.queue = slices.Delete(s.queue, k, k+1)
 			s.steps++
+			if e.train {
+				s.pending[e.commit.Epoch]--
+				if r := s.ranks[e.to]; s.up(e.to) && r.installed.Epoch == e.commit.Epoch {
+					r.Committed(e.commit)
+					if c := r.Commit(); c == e.commit {
+						s.noteCommit(e.to, c)
+					}
+				}
+				continue
+			}
 			if s.up(e.to) && !s.cut[e.from*s.n+e.to] {
 				k := e.to*s.n + e.from
 				s.told[k], s.heardAt[k] = false, s.tick
@@ -358,15 +585,6 @@ func (s *sim) nextDue() int {
 	return due[s.rng.IntN(len(due))]
 }
 
-func (s *sim) anyRecovering() bool {
-	for i, r := range s.ranks {
-		if s.up(i) && r.Recovering() {
-			return true
-		}
-	}
-	return false
-}
-
 // quietBut is quiet, but a frozen rank may stay frozen: the state in
 // which a fault still to come can only strike next.
 func (s *sim) quietBut() bool {
@@ -378,32 +596,98 @@ func (s *sim) quietBut() bool {
 
 // quiet reports that nothing can change any more: every live rank runs
 // in a view and is not recovering, nothing is in flight, nobody is
-// frozen, and the failure detector has had time to fire.
+// frozen, training is over, and the failure detector has had time to
+// fire.
 func (s *sim) quiet() bool {
 	if len(s.queue) > 0 || s.tick <= s.lastChange+peerTimeout+1 {
 		return false
 	}
 	for i, r := range s.ranks {
-		if s.frozenUntil[i] != 0 || !s.crashed[i] && r.Recovering() {
+		if s.frozenUntil[i] != 0 || s.up(i) && r.Recovering() {
 			return false
 		}
-		if !s.crashed[i] && s.tick <= s.installAt[i]+peerTimeout+1 {
+		if s.up(i) && s.tick <= s.installAt[i]+peerTimeout+1 {
 			return false
 		}
 	}
-	return true
+	for o, ro := range s.ranks {
+		for p, rp := range s.ranks {
+			if o != p && s.up(o) && s.up(p) && !ro.Recovering() && ro.installed.Has(s.ids[p]) && rp.installed.Epoch < ro.installed.Epoch {
+				return false // p is late: o will have evidence against it
+			}
+		}
+	}
+	_, ok := s.trainable()
+	return !ok
+}
+
+// trainable returns the view that may start a training iteration now:
+// the highest one installed, if it has iterations left, none in flight,
+// and every member alive, connected both ways to every other, running
+// in it with one commit, and not recovering.
+func (s *sim) trainable() (View, bool) {
+	var h View
+	for e, rec := range s.installs {
+		if e > h.Epoch {
+			h = rec.view
+		}
+	}
+	if h.Epoch == 0 || s.trained[h.Epoch] >= trainIters || s.pending[h.Epoch] > 0 {
+		return View{}, false
+	}
+	var c Commit
+	for k, m := range h.Members {
+		i := s.idx(m)
+		r := s.ranks[i]
+		if !s.up(i) || r.installed.Epoch != h.Epoch || r.Recovering() || k > 0 && r.Commit() != c {
+			return View{}, false
+		}
+		c = r.Commit()
+		for _, p := range h.Members[:k] {
+			if j := s.idx(p); !s.hears(i, j) || !s.hears(j, i) {
+				return View{}, false
+			}
+		}
+	}
+	return h, true
+}
+
+// train starts an iteration in the view that may train: its commit
+// reaches each member as a step of its own, so a fault can strike with
+// some members committed and others not, as when a rank crashes in the
+// middle of a vote.
+func (s *sim) train() {
+	h, ok := s.trainable()
+	if !ok {
+		return
+	}
+	it := s.ranks[s.idx(h.Members[0])].Commit().Iter + 1
+	c := Commit{Epoch: h.Epoch, Iter: it, Digest: digest(it)}
+	s.trained[h.Epoch]++
+	for _, m := range h.Members {
+		delay := 1
+		if s.rng != nil {
+			delay += s.rng.IntN(3)
+		}
+		s.queue = append(s.queue, envelope{from: -1, to: s.idx(m), train: true, commit: c, due: s.tick + delay})
+		s.pending[h.Epoch]++
+	}
 }
 
 // advance runs one tick: frozen ranks whose time is up resume, the
-// failure detector fires, and every running rank gets a Tick.
+// failure detector fires, every running rank gets a Tick, and a view
+// that may train starts an iteration.
 func (s *sim) advance() {
 	n := s.n
 	for i := range n {
 		if s.frozenUntil[i] != 0 && s.tick >= s.frozenUntil[i] {
 			s.frozenUntil[i] = 0
 			s.lastChange = s.tick
-			s.noteMajority()
+			s.netDirty = true
 		}
+	}
+	if s.netDirty {
+		s.noteMajority()
 	}
 	for o := range n {
 		for p := range n {
@@ -426,6 +710,7 @@ func (s *sim) advance() {
 			}
 		}
 	}
+	s.late()
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i
@@ -438,6 +723,32 @@ func (s *sim) advance() {
 			s.step(i, Tick{})
 		}
 	}
+	s.train()
+}
+
+// late gives a rank that runs in a view, and is not recovering, the
+// evidence against a member of it that is up but late: it still runs in
+// an older view after lateTicks (the collective timeout).
+func (s *sim) late() {
+	n := s.n
+	for o := range n {
+		ro := s.ranks[o]
+		for p := range n {
+			k := o*n + p
+			if o == p || !s.up(o) || !s.up(p) || ro.Recovering() || !ro.installed.Has(s.ids[p]) ||
+				s.ranks[p].installed.Epoch >= ro.installed.Epoch {
+				s.lateSince[k] = -1
+				continue
+			}
+			if s.lateSince[k] < 0 {
+				s.lateSince[k] = max(s.tick, s.installAt[o])
+			}
+			if s.tick-s.lateSince[k] >= lateTicks {
+				s.lateSince[k] = s.tick
+				s.step(o, Lost{Peer: s.ids[p]})
+			}
+		}
+	}
 }
 
 // step feeds one input to rank i, queues what it sends and checks what it
@@ -446,23 +757,35 @@ func (s *sim) step(i int, in Input) {
 	r := s.ranks[i]
 	before := r.Commit()
 	outs := r.Step(in)
-	if !r.accepted.Same(s.lastAcc[i]) {
-		s.lastAcc[i] = r.accepted.Clone()
-		s.noteAccepted(i, r.accepted)
+	// An accept moves the accepted round (an install keeps it): record
+	// who accepted what, in which round, before checking the installs.
+	if a := s.accState(i); a.round != s.lastAcc[i].round {
+		k := acceptKey{round: a.round, view: viewKey(a.view), winner: a.winner}
+		if !slices.Contains(s.accepts[k], i) {
+			s.accepts[k] = append(s.accepts[k], i)
+		}
+		s.seen[i][viewKey(a.view)] = true
 	}
+	s.lastAcc[i] = s.accState(i)
 	for _, o := range outs {
 		switch o := o.(type) {
 		case Send:
-			delay := 1
-			if s.rng != nil {
-				delay += s.rng.IntN(3)
-			}
 			to := s.idx(o.To)
 			if to < 0 {
 				s.fail("I2", "rank %d sent %T to unknown %q", i, o.Msg, o.To)
 				continue
 			}
-			s.queue = append(s.queue, envelope{from: i, to: to, msg: o.Msg, due: s.tick + delay})
+			copies := 1
+			if s.rng != nil && s.rng.IntN(16) == 0 {
+				copies = 2 // sent again before the first copy was answered
+			}
+			for c := range copies {
+				delay := 1
+				if s.rng != nil {
+					delay += s.rng.IntN(3) + 2*c
+				}
+				s.queue = append(s.queue, envelope{from: i, to: to, msg: o.Msg, due: s.tick + delay})
+			}
 		case Installed:
 			s.checkInstall(i, o, before)
 			before = o.Winner.Commit
@@ -472,21 +795,22 @@ func (s *sim) step(i int, in Input) {
 			for p := range s.n {
 				s.told[i*s.n+p] = false
 			}
+		case Waiting:
+			if len(o.Diverged) > 0 {
+				// The model trains deterministically: states never diverge.
+				s.fail("I3", "rank %d found diverged states held by %v in round %v", i, o.Diverged, o.Round)
+				s.gone[i] = true
+			}
 		}
 	}
-	if v := r.installed; v.Epoch > s.initial.Epoch {
-		if w := s.installs[v.Epoch].winner; r.Commit() != w.Commit {
-			s.fail("I3", "rank %d runs in epoch %d with commit %+v, not the winner's %+v", i, v.Epoch, r.Commit(), w.Commit)
+	if len(outs) > 0 {
+		if in, ok := outs[len(outs)-1].(Installed); ok {
+			if r.Commit() != in.Winner.Commit {
+				s.fail("I3", "rank %d installed epoch %d with commit %+v, not the winner's %+v", i, in.View.Epoch, r.Commit(), in.Winner.Commit)
+			}
+			s.noteCommit(i, r.Commit())
 		}
 	}
-}
-
-func (s *sim) noteAccepted(i int, v View) {
-	k := viewKey(v)
-	if !slices.Contains(s.acceptedBy[k], i) {
-		s.acceptedBy[k] = append(s.acceptedBy[k], i)
-	}
-	s.seen[i][k] = true
 }
 
 // checkInstall checks I1–I4 and I6 when rank i installs.
@@ -496,14 +820,19 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 		s.fail("I1", "rank %d installed epoch %d without being a member: %v", i, e, v.Members)
 	}
 	if rec, ok := s.installs[e]; ok {
-		if !rec.view.Same(v) || !slices.Equal(rec.lost, o.Lost) {
+		if !rec.view.Same(v) || !rec.barrier && !slices.Equal(rec.lost, o.Lost) {
 			s.fail("I1", "epoch %d installed as %v (lost %v) and as %v (lost %v) by rank %d", e, rec.view.Members, rec.lost, v.Members, o.Lost, i)
 		}
 		if rec.winner != o.Winner {
 			s.fail("I3", "epoch %d installed with winners %+v and %+v", e, rec.winner, o.Winner)
 		}
+		if rec.barrier {
+			rec.lost, rec.barrier = o.Lost, false
+			s.installs[e] = rec
+		}
 	} else {
 		s.installs[e] = installRec{view: v, lost: o.Lost, winner: o.Winner}
+		s.netDirty = true // its majority is counted from now
 	}
 	pred := s.initial
 	if e-1 > s.initial.Epoch {
@@ -517,15 +846,35 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 		s.fail("I2", "rank %d installed epoch %d", i, e)
 		return
 	}
-	if !s.seen[i][viewKey(pred)] {
+	if !s.seen[i][viewKey(pred)] && !slices.Contains(v.Joiners, s.ids[i]) {
 		s.fail("I2", "rank %d installed epoch %d, but never installed or accepted its predecessor %v", i, e, pred.Members)
 	}
-	var acc []ID
-	for _, a := range s.acceptedBy[viewKey(v)] {
-		acc = append(acc, s.ids[a])
+	// I6: the view was chosen: in one round, its acceptors with that
+	// round's coordinator hold a majority of the predecessor's voters.
+	// Installing is no accept: an installer counts only if it accepted.
+	chosen := false
+	var best []ID
+	for k, ranks := range s.accepts {
+		if k.view != viewKey(v) || k.winner != o.Winner {
+			continue
+		}
+		acc := []ID{k.round.Coord}
+		for _, a := range ranks {
+			acc = append(acc, s.ids[a])
+		}
+		if trueMajority(pred, acc) {
+			chosen = true
+			break
+		}
+		if len(acc) > len(best) {
+			best = acc
+		}
 	}
-	if !trueMajority(pred, acc) {
-		s.fail("I6", "rank %d installed epoch %d %v, accepted only by %v of %v", i, e, v.Members, acc, pred.Voters())
+	if !chosen {
+		s.fail("I6", "rank %d installed epoch %d %v (winner %+v), but no round's acceptors hold a majority of %v: at best %v", i, e, v.Members, o.Winner, pred.Voters(), best)
+	}
+	if !s.hadMajority[e-1] {
+		s.fail("I6", "rank %d installed epoch %d, but no majority of epoch %d's voters %v was alive and connected since that view was installed", i, e, e-1, pred.Voters())
 	}
 	if want := LostFrom(pred, v); !slices.Equal(o.Lost, want) {
 		s.fail("I1", "rank %d names %v lost in epoch %d, not %v", i, o.Lost, e, want)
@@ -533,6 +882,9 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 	w := o.Winner.Commit
 	if before.Cmp(w) > 0 || before.Cmp(w) == 0 && before.Digest != w.Digest {
 		s.fail("I4", "rank %d rolled back from %+v to %+v installing epoch %d", i, before, w, e)
+	}
+	if !s.everCommit[w] || w.Epoch >= e {
+		s.fail("I4", "epoch %d starts from %+v, which no rank committed before it", e, w)
 	}
 	for _, m := range v.Members {
 		j := s.idx(m)
@@ -545,11 +897,13 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 	}
 }
 
-// checkEnd checks liveness once the run is over: the highest view
-// installed is whole (every member alive, connected and running in it)
-// unless no majority of its voters is alive and connected (I5); and
-// nothing was installed if no majority of the initial view was ever
-// alive and connected after the first fault (I6).
+// checkEnd checks, once the run is over, liveness (I5) and the final
+// chain (I4). I5: the highest view installed is whole (every member
+// alive, connected, running in it and no longer recovering) unless no
+// majority of its voters that installed it is alive and connected. I4:
+// along the chain of installed views, each starts from a commit at least
+// its predecessor's, and at least every commit its members made in the
+// predecessor; and no rank ends behind a commit it once held.
 func (s *sim) checkEnd() {
 	h := s.initial
 	for e, rec := range s.installs {
@@ -560,7 +914,7 @@ func (s *sim) checkEnd() {
 	whole := true
 	for _, m := range h.Members {
 		i := s.idx(m)
-		if !s.up(i) || s.ranks[i].Installed().Epoch != h.Epoch {
+		if !s.up(i) || s.ranks[i].Installed().Epoch != h.Epoch || s.ranks[i].Recovering() {
 			whole = false
 		}
 		for _, p := range h.Members {
@@ -579,9 +933,29 @@ func (s *sim) checkEnd() {
 			acc, rd := r.Accepted()
 			state = append(state, fmt.Sprintf("%d:up=%v inst=%d acc=%d@%v rec=%v", i, s.up(i), r.Installed().Epoch, acc.Epoch, rd, r.Recovering()))
 		}
-		s.fail("I5", "at tick %d a majority of epoch %d %v is alive and connected, but the view is not whole; %s", s.tick, h.Epoch, h.Members, strings.Join(state, ", "))
+		s.fail("I5", "at tick %d a majority of epoch %d %v is alive and connected, but the view is not whole and settled; %s", s.tick, h.Epoch, h.Members, strings.Join(state, ", "))
 	}
-	if s.faulted && !s.everMajority && len(s.installs) > 0 {
-		s.fail("I6", "no majority was alive and connected after the first fault, yet epoch %d was installed", h.Epoch)
+	prev := installRec{view: s.initial}
+	for e := s.initial.Epoch + 1; e <= h.Epoch; e++ {
+		rec, ok := s.installs[e]
+		if !ok {
+			break // reported as I2 already
+		}
+		w := rec.winner.Commit
+		if e-1 > s.initial.Epoch && w.Cmp(prev.winner.Commit) < 0 {
+			s.fail("I4", "epoch %d starts from %+v, behind epoch %d's start %+v", e, w, e-1, prev.winner.Commit)
+		}
+		for _, m := range rec.view.Members {
+			j := s.idx(m)
+			if c, ok := s.epochMax[j][e-1]; ok && c.Cmp(w) > 0 {
+				s.fail("I4", "epoch %d starts from %+v, but its member %d committed %+v in epoch %d", e, w, j, c, e-1)
+			}
+		}
+		prev = rec
+	}
+	for i, r := range s.ranks {
+		if r.Commit().Cmp(s.maxEver[i]) < 0 {
+			s.fail("I4", "rank %d ends at %+v, behind its commit %+v", i, r.Commit(), s.maxEver[i])
+		}
 	}
 }

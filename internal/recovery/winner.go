@@ -37,10 +37,32 @@ func ChooseWinner(next View, commits map[ID]Commit) (Winner, bool) {
 			w, found = Winner{Holder: m, Commit: c}, true
 		}
 	}
-	for _, m := range next.Members {
-		if c, ok := commits[m]; ok && c.Cmp(w.Commit) == 0 && c.Digest != w.Commit.Digest {
-			return Winner{}, false
-		}
+	if divergedHolders(next, commits) != nil {
+		return Winner{}, false
 	}
 	return w, found
+}
+
+// divergedHolders lists the members of next that hold the highest commit
+// of any member, if they do not all agree on its digest; else nil.
+func divergedHolders(next View, commits map[ID]Commit) []ID {
+	var top Commit
+	found := false
+	for _, m := range next.Members {
+		if c, ok := commits[m]; ok && (!found || c.Cmp(top) > 0) {
+			top, found = c, true
+		}
+	}
+	var holders []ID
+	split := false
+	for _, m := range next.Members {
+		if c, ok := commits[m]; ok && c.Cmp(top) == 0 {
+			holders = append(holders, m)
+			split = split || c.Digest != top.Digest
+		}
+	}
+	if !split {
+		return nil
+	}
+	return holders
 }
