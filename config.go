@@ -192,6 +192,18 @@ type Config struct {
 	// transport.ErrPeerGone that names the peer. Default 2 s, at least
 	// 100 ms.
 	PeerTimeout time.Duration
+	// Failpoint, for tests of recovery only, makes the worker die at a
+	// named step of its protocols, as kill -9 would: "vote",
+	// "send-state", "recv-state" or "propose", optionally with "@ITER",
+	// the first iteration at which it may (see FailVote and the others).
+	// Never set it in a real job.
+	Failpoint string
+	// QuorumTimeout is how long a worker that lost touch with a majority
+	// of its view waits, in Boundary, for the majority to come back or
+	// to take it in, before Boundary fails with ErrNoQuorum. Gossip views
+	// only: a static view fails at the first lost peer. Default:
+	// JoinTimeout.
+	QuorumTimeout time.Duration
 
 	// GlobalBatch is B, the number of samples per iteration summed over all
 	// workers. Default: the sum of Shares if set, else DefaultGlobalBatch.
@@ -301,6 +313,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.QuorumTimeout == 0 {
+		c.QuorumTimeout = c.JoinTimeout
 	}
 	if c.CollectiveTimeout == 0 {
 		c.CollectiveTimeout = DefaultCollectiveTimeout
@@ -513,6 +528,12 @@ func (c Config) checkBatch(userShares bool) []error {
 	if c.ConnectTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ConnectTimeout %v is negative", c.ConnectTimeout))
 	}
+	if _, err := parseFailpoint(c.Failpoint); err != nil {
+		errs = append(errs, err)
+	}
+	if c.QuorumTimeout < 0 {
+		errs = append(errs, fmt.Errorf("QuorumTimeout %v is negative", c.QuorumTimeout))
+	}
 	if c.CollectiveTimeout < 0 {
 		errs = append(errs, fmt.Errorf("CollectiveTimeout %v is negative", c.CollectiveTimeout))
 	}
@@ -649,12 +670,15 @@ const (
 	EnvBalance = "GYRE_BALANCE"
 	// EnvRingOrder is "auto" or "fixed".
 	EnvRingOrder = "GYRE_RING_ORDER"
-	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout and
-	// EnvPeerTimeout are durations such as "10m" or "2s".
+	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout,
+	// EnvQuorumTimeout and EnvPeerTimeout are durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
 	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
 	EnvConnectTimeout    = "GYRE_CONNECT_TIMEOUT"
+	EnvQuorumTimeout     = "GYRE_QUORUM_TIMEOUT"
 	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
+	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
+	EnvFailpoint = "GYRE_FAILPOINT"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -714,6 +738,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
 	duration(EnvJoinTimeout, &c.JoinTimeout)
 	duration(EnvConnectTimeout, &c.ConnectTimeout)
+	duration(EnvQuorumTimeout, &c.QuorumTimeout)
+	str(EnvFailpoint, &c.Failpoint)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
 	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {

@@ -43,6 +43,7 @@ func TestWithDefaults(t *testing.T) {
 		GlobalBatch:       DefaultGlobalBatch,
 		CollectiveTimeout: DefaultCollectiveTimeout,
 		PeerTimeout:       DefaultPeerTimeout,
+		QuorumTimeout:     DefaultJoinTimeout,
 		Shares:            []int{DefaultGlobalBatch},
 		Balance:           BalanceLBBSP,
 		RingOrder:         RingOrderAuto,

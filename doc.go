@@ -26,19 +26,21 @@
 //		model.Backward(func(name string, grad []float64) {
 //			w.AllReduceAsync64(ctx, name, grad)       // local mean in, global mean out
 //		})
-//		if err := w.Wait(ctx); err != nil { ... }    // every gradient is now the global mean
+//		if err := w.Wait(ctx); err != nil {           // every gradient is now the global mean
+//			log.Print(err)                            // a lost worker: Boundary recovers
+//		}
 //		sum := []float64{loss * float64(b.Share)}     // this worker's summed loss
 //		w.Reduce(ctx, gyre.ReduceSum, sum)            // sum[0] / b.Global: the global mean
 //		opt.Step()
 //		change, err := w.Boundary(ctx)                // agree on the next iteration
-//		if err != nil { ... }
+//		if err != nil { ... }                         // terminal: the same on every worker
 //		if change.Redo {
-//			continue                                  // state was restored: run the iteration again
+//			log.Printf("lost %v: redo from %d", change.Lost, change.Iter) // the state was replaced
 //		}
 //		if change.Left {
 //			return nil                                // RequestLeave was honoured: out of the job
 //		}
-//		w.Commit()                                    // the point Restore returns to
+//		w.Commit()                                    // the point a recovery returns to, after a Redo too
 //	}
 //	w.Leave(ctx)                                      // the job's end, on every worker
 //
@@ -52,10 +54,20 @@
 // float64 values over the view, each worker counting alike: a global loss
 // (reduce loss·bᵢ with ReduceSum and divide by B), an accuracy, the
 // slowest worker's time. Call it between Wait and Boundary on every
-// worker, since a boundary may change the view. Lost workers make Wait,
-// Reduce, AllGather64 and Boundary fail with a *PeerLostError naming the
-// rank, and collectives run on Comm with an error that matches
-// ErrPeerLost too.
+// worker, since a boundary may change the view.
+//
+// Lost workers. A worker killed, stopped or cut off makes Wait, Reduce
+// and AllGather64 fail with a *PeerLostError naming its rank, and
+// collectives run on Comm with an error that matches ErrPeerLost. None of
+// that is fatal in a gossip job: the loop goes on to Boundary, where the
+// survivors agree on a view without the lost workers, take the newest
+// state any of them committed, and return a Change with Redo set, Lost
+// naming the lost workers, and Iter the iteration to run, which may
+// differ from the one just run. That takes a majority of the view:
+// crash tolerance needs 3 or more workers. A worker cut off from the
+// majority waits up to Config.QuorumTimeout, then fails with ErrNoQuorum.
+// A static view (Config.Peers) stays fail-fast: Boundary returns the
+// *PeerLostError. See docs/recovery.md.
 //
 // A worker alone (no Peers, Seeds or Listen) talks to no one: it binds no
 // port and needs no cluster secret, so a trainer runs unchanged on one

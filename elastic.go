@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/balance"
+	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/membership"
@@ -79,14 +80,23 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 			return err
 		}
 		w.log.Info().Strs("seeds", cfg.Seeds).Msg("gossip joined; pending until a boundary admits this worker")
-		wel, err := w.awaitWelcome(ctx)
-		if err != nil {
-			return err
+		for {
+			wel, err := w.awaitWelcome(ctx)
+			if err != nil {
+				return err
+			}
+			err = w.enterView(ctx, wel, start)
+			if err == nil {
+				prestart = wel.Prestart
+				break
+			}
+			if !lostPeer(err) || ctx.Err() != nil {
+				return err
+			}
+			// The members recover without this worker, and admit it later.
+			w.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
+			w.backToPending(peerIDs(wel.Members))
 		}
-		if err := w.enterView(ctx, wel, start); err != nil {
-			return err
-		}
-		prestart = wel.Prestart
 	}
 	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members,
 		w.log.With().Str("component", "admission").Logger())
@@ -296,8 +306,25 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	old := w.cur
 	self := old.ids[old.rank]
 	leaving := slices.ContainsFunc(d.Left, func(m member) bool { return m.ID == self })
+	next := recovery.View{Epoch: old.view.Epoch + 1}
+	for _, m := range d.Members {
+		next.Members = append(next.Members, recovery.ID(m.ID))
+	}
+	joiners := viewJoiners(w.iter, d.Admitted)
+	for _, id := range joiners {
+		next.Joiners = append(next.Joiners, recovery.ID(id))
+	}
+	if w.rec != nil && !leaving {
+		// Holding the table is round 0's accept: a recovery that begins
+		// before the barrier ends finds it (docs/recovery.md).
+		w.rec.know(d.Members)
+		w.rec.rank.Decided(next)
+	}
 	if err := old.ctrl.Barrier(ctx); err != nil && !leaving {
 		return w.lost(old, w.iter-1, err)
+	}
+	if w.rec != nil && !leaving {
+		w.rec.rank.Advanced(next, w.rec.rank.Commit())
 	}
 	if leaving {
 		// The decision stands even if the barrier failed: every member
@@ -360,6 +387,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	if err != nil {
 		return err
 	}
+	vs.joiners = joiners
 	w.setView(vs)
 	if err := w.connectView(cctx, vs); err != nil {
 		return fmt.Errorf("gyre: connecting the view of epoch %d (ConnectTimeout %v, --connect-timeout): %w", epoch, w.cfg.ConnectTimeout, err)
@@ -385,6 +413,18 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 			Msg("the view shrank below MinWorkers, which gates iteration 0 only; training goes on")
 	}
 	return nil
+}
+
+// viewJoiners are the joiners that a view admitting admitted at iter
+// keeps out of its recoveries' majorities: they hold none of its state
+// until the view's state broadcast ends. Before iteration 0 nobody holds
+// any, and every member of the first view votes, so that losing the
+// seed worker is survived like losing any other.
+func viewJoiners(iter int64, admitted []member) []transport.PeerID {
+	if iter == 0 {
+		return nil
+	}
+	return peerIDs(admitted)
 }
 
 // memberIDs returns the members' IDs, nil for none.
@@ -639,6 +679,13 @@ func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) er
 	if err != nil {
 		return err
 	}
+	var admitted []member
+	for r, m := range wel.Members {
+		if !slices.Contains(wel.Old, r) {
+			admitted = append(admitted, m)
+		}
+	}
+	vs.joiners = viewJoiners(wel.Iter, admitted)
 	w.setView(vs)
 	w.iter = wel.Iter
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)

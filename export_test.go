@@ -9,6 +9,11 @@ import (
 // Hooks into a Worker's internals for the external tests (package
 // gyre_test), which use the gyretest harness and so cannot be in-package.
 
+// WithFailAction makes a worker that reaches its Config.Failpoint call
+// die instead of killing its process: an in-process test kills the
+// worker there and ends its goroutine.
+func WithFailAction(die func()) Option { return func(o *options) { o.failAction = die } }
+
 // DataComm returns the data communicator of w's current view, for tests
 // that run collectives on it directly.
 func DataComm(w *Worker) *ring.Comm { return w.cur.data }

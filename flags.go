@@ -24,8 +24,8 @@ import (
 // --gossip-timing, --gossip-probe-interval, --gossip-suspicion-mult,
 // --peers, --rank, --min-workers, --batch, --shares, --balance,
 // --balance-allow-zero, --ring-order, --rng-seed,
-// --bucket-bytes, --compress, --join-timeout, --collective-timeout and
-// --peer-timeout.
+// --bucket-bytes, --compress, --join-timeout, --collective-timeout,
+// --peer-timeout and --quorum-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -93,6 +93,8 @@ func (c *Config) bind(fs flagAdder) {
 		"how long a collective waits for a peer that is alive but late (0: 10m)")
 	fs.DurationVar(&c.PeerTimeout, "peer-timeout", c.PeerTimeout,
 		"how long a peer may miss heartbeats before it is declared gone (0: 2s)")
+	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout,
+		"how long a worker cut off from a majority of its view waits for it before it fails (0: --join-timeout)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

@@ -31,6 +31,9 @@ type viewState struct {
 	// probed says the links have been probed (see arrangeRing).
 	order  []int
 	probed bool
+	// joiners are the members this view first added: they hold no state
+	// of it yet, so they do not vote in a recovery from it.
+	joiners []transport.PeerID
 }
 
 // newViewState builds the communicators and gradient fusers of the view of

@@ -35,7 +35,17 @@ var (
 	ErrPending = errors.New("gyre: gradients pending: call Wait first")
 	// ErrClosed is returned by a Worker after Close or Leave.
 	ErrClosed = errors.New("gyre: worker closed")
+	// ErrNoQuorum means a worker lost touch with a majority of its view
+	// and waited QuorumTimeout for it in vain: the job goes on without it
+	// if a majority survives elsewhere, and this worker must exit (gyre
+	// train exits with status ExitNoQuorum).
+	ErrNoQuorum = errors.New("gyre: no quorum")
 )
+
+// ExitNoQuorum is the exit status of a gyre command whose worker failed
+// with ErrNoQuorum. gyre launch stops a job when a worker exits with it:
+// the job has lost its majority.
+const ExitNoQuorum = 75
 
 // Handle is the pending result of AllReduceAsync.
 type Handle struct {
@@ -78,13 +88,16 @@ type Change struct {
 	// says they differ from the last ones.
 	Shares        []int
 	SharesChanged bool
-	// Redo says the iteration just ended must run again: the state has
-	// been restored to the last commit. It is always false until recovery
-	// from a lost worker exists; until then such a failure is an error.
+	// Redo says the job recovered from a lost worker: the view changed,
+	// the state was replaced by the newest commit any member of the new
+	// view held, and Iter (which may differ from the iteration just run)
+	// is that commit's. What was not committed is redone. Only gossip
+	// views recover; a static view fails with a *PeerLostError.
 	Redo bool
 	// Admitted and Departed name the workers that joined the view, and
-	// those that left it at their request, at this boundary.
-	Admitted, Departed []string
+	// those that left it at their request, at this boundary; Lost names
+	// those the view lost (killed, stopped or cut off), on a Redo.
+	Admitted, Departed, Lost []string
 	// Left says this worker left the job at this boundary, as it asked
 	// with RequestLeave: the Worker is closed, and the trainer stops
 	// without calling Leave.
@@ -108,10 +121,11 @@ type Batch struct {
 type Option func(*options)
 
 type options struct {
-	state  *State
-	t      transport.Transport
-	hooks  Hooks
-	device func() (kernels.Device, bool)
+	failAction func() // a test's way to die at a failpoint
+	state      *State
+	t          transport.Transport
+	hooks      Hooks
+	device     func() (kernels.Device, bool)
 }
 
 // WithState registers the trainer's state: Join makes every worker's
@@ -200,6 +214,14 @@ type Worker struct {
 	// back under its ID at another address is dialled afresh.
 	dialled map[transport.PeerID]string
 	capped  int // joiners MaxWorkers kept out at the last boundary
+	// rec recovers from a lost member; nil in the static view, which
+	// fails instead.
+	rec *recoverer
+	// failAt is Config.Failpoint; failAction, if set, is how a test's
+	// worker dies there instead of its process; died says it has.
+	failAt     failpoint
+	failAction func()
+	died       atomic.Bool
 
 	// est fits this worker's compute model from its own iterations; bst
 	// is the share decision's state, the same on every member.
@@ -257,9 +279,10 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	base := cfg.logger()
 	hooked := base.Hook(rankHook{rank})
 	cfg.Logger = &hooked
-	w := &Worker{device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+	w := &Worker{failAction: o.failAction, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
 		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}}
+	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it
 	// A worker on a device (a GPU) fits the device's flat-then-linear
 	// time model.
 	_, w.est.Flat = w.device()
@@ -294,6 +317,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	w.nextCheck, w.lastVote = w.iter, time.Now()
+	if gossip {
+		w.rec = newRecoverer(w)
+	}
 	w.log.Info().Int("world", w.Size()).Uint64("epoch", w.cur.view.Epoch).Int64("iter", w.iter).Msg("joined")
 	joined = true
 	return w, nil
@@ -626,6 +652,11 @@ func (w *Worker) syncState(ctx context.Context, root int) error {
 		if err != nil {
 			return fmt.Errorf("gyre: broadcast %q from rank %d: %w", e.name, root, err)
 		}
+		if vs.rank == root {
+			w.fail(FailSendState)
+		} else {
+			w.fail(FailRecvState)
+		}
 	}
 	if len(blob) > 0 {
 		if err := vs.data.Broadcast(ctx, root, wire.DTypeBytes, blob); err != nil {
@@ -797,6 +828,9 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	if err := w.idle(); err != nil {
 		return Change{}, err
 	}
+	if w.rec != nil {
+		w.rec.answerStale()
+	}
 	vs := w.cur
 	rec := record{kind: kindBoundary, iter: w.iter, share: int64(vs.shares[vs.rank]), compute: int64(w.compute),
 		decision: w.decisionDigest(), status: statusOf(w.failed), wall: int64(time.Since(w.lastVote))}
@@ -808,9 +842,10 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	}
 	known := w.membershipRecord(&rec)
 	w.balanceRecord(&rec)
+	w.fail(FailVote)
 	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
-		return Change{}, err
+		return w.recoverOr(ctx, err)
 	}
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
 		return Change{}, err
@@ -832,12 +867,12 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	}
 	if !d.Changed && w.iter%reprobeEvery == 0 {
 		if err := w.arrangeRing(ctx); err != nil {
-			return Change{}, w.lost(vs, w.iter-1, err)
+			return w.recoverOr(ctx, w.lost(vs, w.iter-1, err))
 		}
 	}
 	if d.Changed {
 		if err := w.changeView(ctx, d, false); err != nil {
-			return Change{}, err
+			return w.recoverOr(ctx, err)
 		}
 		// The first boundary of a view checks the state, on every member:
 		// a joiner, whose Join sets the same, has just received it.
@@ -1015,7 +1050,13 @@ func (w *Worker) Commit() error {
 	if err := w.idle(); err != nil {
 		return err
 	}
-	return w.state.commit(w.iter)
+	if err := w.state.commit(w.iter); err != nil {
+		return err
+	}
+	if w.rec != nil {
+		w.rec.committed(w.cur.view.Epoch, w.iter)
+	}
+	return nil
 }
 
 // Restore copies the committed state back into the registered tensors and

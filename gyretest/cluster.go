@@ -385,9 +385,20 @@ func (c *Cluster) mem(tb testing.TB) *mem.Network {
 	return c.Net
 }
 
-// Kill crashes rank's transport: its peers fail at once, as after kill -9
-// of a process whose connections reset.
-func (c *Cluster) Kill(tb testing.TB, rank int) { c.mem(tb).Kill(c.IDs[rank]) }
+// Kill crashes rank as kill -9 crashes a process: its transport dies, so
+// its peers fail at once, as when a dead process's connections reset,
+// and its gossip stops without a word, as a dead process's does. The
+// worker is closed; the test's goroutine running it must stop using it.
+// Over a real transport the worker's own transport closes its
+// connections; to test silence without a reset, use real processes.
+func (c *Cluster) Kill(tb testing.TB, rank int) {
+	if c.Net != nil {
+		c.Net.Kill(c.IDs[rank])
+	}
+	if w := c.Workers[rank]; w != nil {
+		w.Close()
+	}
+}
 
 // Freeze stops rank as SIGSTOP stops a process: connections stay up, it
 // falls silent, and its peers must tell it from a late worker by its

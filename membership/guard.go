@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -121,6 +122,10 @@ func (c *slotConn) Close() error {
 type logWriter struct {
 	log   zerolog.Logger
 	flood *floodlog.Log
+	// closed drops lines once the node has shut down: memberlist's
+	// suspicion timers can still fire, and a closed node has nothing to
+	// say (a test's logger may be gone by then).
+	closed atomic.Bool
 }
 
 // maxDetail bounds the memberlist text kept in a refusal's line.
@@ -132,6 +137,9 @@ var levels = []struct {
 }{{"[DEBUG]", zerolog.DebugLevel}, {"[INFO]", zerolog.InfoLevel}, {"[WARN]", zerolog.WarnLevel}, {"[ERR]", zerolog.ErrorLevel}}
 
 func (w *logWriter) Write(p []byte) (int, error) {
+	if w.closed.Load() {
+		return len(p), nil
+	}
 	line := bytes.TrimSpace(p)
 	level := zerolog.InfoLevel
 	for _, l := range levels {

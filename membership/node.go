@@ -59,6 +59,7 @@ type Node struct {
 	flood *floodlog.Log
 	// gossipInterval is memberlist's, for Leave.
 	gossipInterval time.Duration
+	logw           *logWriter
 }
 
 // Start binds the gossip address and starts gossiping, alone until Join.
@@ -117,7 +118,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	zl := cfg.Logger.With().Str("component", "membership").Logger()
 	flood := floodlog.New(floodlog.Config{Logger: zl, What: "connections and packets to the gossip port"})
-	mc.Logger = log.New(&logWriter{log: zl, flood: flood}, "", 0)
+	lw := &logWriter{log: zl, flood: flood}
+	mc.Logger = log.New(lw, "", 0)
 	gt, err := newNetTransport(host, port, mc.Logger, flood)
 	if err != nil {
 		flood.Close()
@@ -142,7 +144,7 @@ func Start(cfg Config) (*Node, error) {
 		flood.Close()
 		return nil, fmt.Errorf("membership: start gossip on %s: %w", cfg.Listen, err)
 	}
-	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev, flood: flood, gossipInterval: mc.GossipInterval}, nil
+	return &Node{name: cfg.Name, ml: ml, del: d, ev: ev, flood: flood, gossipInterval: mc.GossipInterval, logw: lw}, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -284,6 +286,7 @@ func (n *Node) Leave(timeout time.Duration) error {
 		time.Sleep(min(2*n.gossipInterval, timeout-time.Since(start)))
 	}
 	err = errors.Join(err, n.ml.Shutdown())
+	n.logw.closed.Store(true)
 	n.flood.Close()
 	return err
 }
@@ -291,6 +294,7 @@ func (n *Node) Leave(timeout time.Duration) error {
 // Close stops gossiping at once; the others find the node dead.
 func (n *Node) Close() error {
 	err := n.ml.Shutdown()
+	n.logw.closed.Store(true)
 	n.flood.Close()
 	return err
 }

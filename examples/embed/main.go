@@ -73,7 +73,7 @@ func main() {
 		}
 		w.AllReduceAsync64(ctx, "grad", grad) // becomes the global mean
 		if err := w.Wait(ctx); err != nil {
-			log.Fatal(err)
+			log.Print(err) // a lost worker: Boundary recovers
 		}
 		if (b.Iter+1)%50 == 0 {
 			// Every worker of the iteration reports, before the boundary
@@ -81,9 +81,8 @@ func main() {
 			// over all samples over the global batch.
 			sum := []float64{loss}
 			if err := w.Reduce(ctx, gyre.ReduceSum, sum); err != nil {
-				log.Fatal(err)
-			}
-			if w.Rank() == 0 {
+				log.Print(err) // a lost worker: Boundary recovers
+			} else if w.Rank() == 0 {
 				fmt.Printf("iter %d loss %.5f\n", b.Iter+1, sum[0]/float64(b.Global))
 			}
 		}
@@ -95,13 +94,13 @@ func main() {
 			log.Fatal(err)
 		}
 		if change.Redo {
-			continue // the state was restored: run the iteration again
+			fmt.Printf("lost %v: redo from iteration %d\n", change.Lost, change.Iter) // the state was replaced
 		}
 		if change.Left {
 			fmt.Printf("left the job after iteration %d\n", change.Iter-1)
 			return // RequestLeave was honoured: out of the job
 		}
-		if err := w.Commit(); err != nil { // the point Restore returns to
+		if err := w.Commit(); err != nil { // the point a recovery returns to, after a Redo too
 			log.Fatal(err)
 		}
 	}

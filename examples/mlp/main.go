@@ -95,7 +95,7 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 		}
 		t := time.Now()
 		if err := w.Wait(ctx); err != nil {
-			return err
+			log.Print(err) // a lost worker: Boundary recovers
 		}
 		waited += time.Since(t)
 		report := (b.Iter+1)%evalEvery == 0 || b.Iter+1 == iters
@@ -108,7 +108,7 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 				loss[0] = 0 // the mean of no samples is NaN
 			}
 			if err := w.Reduce(ctx, gyre.ReduceSum, loss); err != nil {
-				return err
+				log.Print(err) // a lost worker: Boundary recovers
 			}
 		}
 		end = w.StartSpan(gyre.SpanStep)
@@ -121,7 +121,7 @@ func run(cfg gyre.Config, iters int64, target float64, evalEvery int64, overlap 
 			return err
 		}
 		if change.Redo {
-			continue // the last commit was restored: run the iteration again
+			log.Printf("lost %v: redo from iteration %d", change.Lost, change.Iter) // the state was replaced
 		}
 		if change.Left {
 			return nil // RequestLeave was honoured: out of the job

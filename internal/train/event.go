@@ -19,8 +19,12 @@ const (
 	// ViewChanged: a boundary changed the view: workers were admitted or
 	// departed.
 	ViewChanged
-	// Lost: a worker was lost; Run returns the error.
+	// Lost: a worker was lost and the job could not recover (a static
+	// view, or no majority); Run returns the error.
 	Lost
+	// Recovered: the job lost workers and went on without them, from
+	// the newest commit of the survivors (Iter).
+	Recovered
 )
 
 // Event is a membership event: what a console shows between the rows of
@@ -36,7 +40,7 @@ type Event struct {
 	Rank, World int
 	ID          string
 	// Admitted and Departed name the workers that joined and left the view
-	// (ViewChanged).
+	// (ViewChanged); Departed names the lost ones (Recovered).
 	Admitted, Departed []string
 	// Err is the loss (Lost).
 	Err *gyre.PeerLostError
@@ -101,6 +105,9 @@ func (e Event) String() string {
 			s += ", departed " + strings.Join(e.Departed, " ")
 		}
 		return s
+	case Recovered:
+		return fmt.Sprintf("recovered without %s: epoch %d, %d workers, going on from iteration %d",
+			strings.Join(e.Departed, " "), e.Epoch, e.World, e.Iter)
 	case Lost:
 		if e.Err.Unresponsive > 0 {
 			return fmt.Sprintf("rank %d (%s, this worker) was unresponsive for %v in iteration %d, longer than the peer timeout: "+

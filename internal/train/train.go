@@ -39,7 +39,8 @@ type Options struct {
 	OnIteration func(Iteration)
 	// OnEvent, if set, is called on every worker at each membership
 	// event: as Run starts (Joined), at a boundary that changes the view
-	// (ViewChanged), and as Run returns a lost worker's error (Lost).
+	// (ViewChanged), after a recovery from lost workers (Recovered), and
+	// as Run returns a lost worker's error (Lost).
 	// Event.Lead picks one worker to show the job's events.
 	OnEvent func(Event)
 }
@@ -182,9 +183,9 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		}
 		loss[0] = l
 		w.AllReduceAsync64(ctx, "loss", loss)
-		if err := w.Wait(ctx); err != nil {
+		if err := w.Wait(ctx); err != nil && ctx.Err() != nil {
 			return res, err
-		}
+		} // else a lost worker: Boundary recovers, or says why it cannot
 		end = w.StartSpan(gyre.SpanStep)
 		err = j.Opt.Step(j.Model.Params(), grads)
 		end()
@@ -195,20 +196,25 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		if err != nil {
 			return res, err
 		}
-		if change.ViewChanged && !change.Left {
+		switch {
+		case change.Redo:
+			e := newEvent(Recovered, w)
+			e.Departed = change.Lost
+			o.OnEvent(e)
+		case change.ViewChanged && !change.Left:
 			e := newEvent(ViewChanged, w)
 			e.Admitted, e.Departed = change.Admitted, change.Departed
 			o.OnEvent(e)
-		}
-		if change.Redo {
-			continue // the state was restored: run the iteration again
 		}
 		if change.Left {
 			res.Iters, res.Loss, res.Left = change.Iter, loss[0], true
 			return res, nil
 		}
-		if err := w.Commit(); err != nil {
+		if err := w.Commit(); err != nil { // after a Redo too: the state adopted in the new view
 			return res, err
+		}
+		if change.Redo {
+			continue // nothing was completed: the iteration at change.Iter runs next
 		}
 		res.Iters, res.Loss = w.Iter(), loss[0]
 		if o.OnIteration != nil {
