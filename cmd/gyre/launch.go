@@ -51,15 +51,20 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"its table and a line per event (joined, view changed, lost); --log-level\n" +
 			"info shows the runtime's every step. Their logs are console lines on a\n" +
 			"terminal and JSON on a pipe; --log-format json keeps JSON.\n\n" +
-			"Failure: a worker that exits 0 (it left) lets the others go on. When one\n" +
-			"fails, the others get --grace to exit on their own and report what they\n" +
-			"saw (a lost rank, the odd rank of a divergence); then those still\n" +
-			"running get SIGTERM, and SIGKILL after --grace more. launch names the\n" +
-			"rank the failed workers' reports name, if they agree on one, and the\n" +
-			"worker that failed first.\n\n" +
-			"Exit status: 0 when every worker exits 0; else the status of the worker\n" +
-			"that failed first, or 128+signal if a signal killed it, as shells do\n" +
-			"(137 for SIGKILL); 1 for launch's own errors.",
+			"Failure: a worker that exits 0 has finished (or left). A worker that\n" +
+			"fails otherwise, or is killed by a signal, is lost, and the others go\n" +
+			"on without it: the runtime recovers from a lost worker. The job ends\n" +
+			"when every worker has exited, or when one exits with status 75 (no\n" +
+			"quorum: it lost touch with a majority of its view); then those still\n" +
+			"running get SIGTERM, which makes gyre train leave at its next\n" +
+			"boundary, and SIGKILL after --grace. Ctrl-C stops the job the same way.\n\n" +
+			"Exit status: 0 when the job finished, that is a worker exited 0 and\n" +
+			"none exited 75; the last line then names the lost ranks by launch\n" +
+			"index (\"rank 2 killed by signal 9 (killed)\"). Else 75 when a worker\n" +
+			"lost its quorum, or the status of the worker that failed first when\n" +
+			"all failed, or 128+signal if a signal killed it, as shells do (137 for\n" +
+			"SIGKILL); launch names that worker and the rank the failed workers'\n" +
+			"reports name, if they agree on one. 1 for launch's own errors.",
 		Example: "  gyre launch -n 4 -- bench allreduce\n" +
 			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
 		Args: cobra.MinimumNArgs(1),
@@ -97,8 +102,8 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
 	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log, N its launch index")
 	f.DurationVar(&j.grace, "grace", launch.DefaultGrace,
-		"after a worker fails, how long the others get to report before SIGTERM, and then to leave before SIGKILL; "+
-			"longer than an iteration and the peer timeout")
+		"when the job is stopped (a worker exits 75, no quorum; or Ctrl-C), how long the workers get to leave after SIGTERM "+
+			"before SIGKILL; longer than an iteration")
 	f.BoolVar(&j.static, "static", false, "give the workers a fixed peer list (GYRE_PEERS) instead of a gossip seed")
 }
 
@@ -154,11 +159,27 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	err = launch.Run(cmd.Context(), launch.Options{
 		N: j.n, Argv: argv, Env: env,
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
-		LogDir: j.logDir, Grace: j.grace, IDs: peers, FirstReady: ready, Logger: c.log,
+		LogDir: j.logDir, Grace: j.grace, NoQuorum: gyre.ExitNoQuorum, IDs: peers, FirstReady: ready, Logger: c.log,
 	})
-	var re *launch.RankError
-	if errors.As(err, &re) {
+	return launchResult(cmd.ErrOrStderr(), err)
+}
+
+// launchResult turns launch.Run's result into gyre launch's: a job that
+// finished without some workers is a success, whose last line names them;
+// a failed job exits with the status of the worker that ended it.
+func launchResult(stderr io.Writer, err error) error {
+	var (
+		lost *launch.LostError
+		re   *launch.RankError
+	)
+	switch {
+	case errors.As(err, &lost):
+		fmt.Fprintf(stderr, "gyre launch: %v\n", lost)
+		return nil
+	case errors.As(err, &re) && re.Stopped:
 		return &exitError{code: re.ExitCode(), err: fmt.Errorf("%w; the workers still running were stopped", err)}
+	case errors.As(err, &re):
+		return &exitError{code: re.ExitCode(), err: err}
 	}
 	return err
 }

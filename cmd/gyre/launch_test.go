@@ -3,11 +3,16 @@ package main
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -116,39 +121,114 @@ func TestLaunchKeyFileAndInsecure(t *testing.T) {
 	}
 }
 
-func TestLaunchStopsTheJobWhenAWorkerFails(t *testing.T) {
-	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", `[ "$GYRE_LOCAL_RANK" = 1 ] && exit 7; exec sleep 30`)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.Contains(err.Error(), "worker [1] failed first, exit status 7") {
-		t.Fatalf("launch = %v, want exit status 7 naming worker [1]\n%s", err, stderr)
+// killFromOutside kills with SIGKILL, as `kill -9` would, the worker that
+// writes its pid to dir/pid, then creates dir/killed. The returned func
+// waits for that and fails t if it could not.
+func killFromOutside(t *testing.T, dir string) func() {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			b, err := os.ReadFile(filepath.Join(dir, "pid"))
+			if err != nil {
+				continue
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err == nil {
+				err = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, "killed"), nil, 0o644)
+			}
+			done <- err
+			return
+		}
+		done <- errors.New("no worker wrote its pid")
+	}()
+	return func() {
+		t.Helper()
+		if err := <-done; err != nil {
+			t.Fatalf("kill -9 from outside: %v", err)
+		}
 	}
 }
 
-// TestLaunchReportsTheRankAtFault: worker [3] is killed by a signal; the
-// others get the grace period to report, their reports reach the output,
-// the error names the rank they name, and the status is 128+9, as a
-// shell's.
-func TestLaunchReportsTheRankAtFault(t *testing.T) {
-	// [0] and [1] report only once [3] is about to die, however late the
-	// machine starts it.
-	script := `case $GYRE_LOCAL_RANK in
-	3) touch "$TEST_DIR/dying"; kill -9 $$ ;;
-	0|1) while [ ! -e "$TEST_DIR/dying" ]; do sleep 0.05; done; sleep 0.5
-	   echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
-	*) exec sleep 30 ;;
-	esac`
-	_, stderr, err := launchLines(t, map[string]string{"TEST_DIR": t.TempDir()}, "-n", "4", "--static", "--grace", "3s", "--", "sh", "-c", script)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
-		t.Fatalf("launch = %v, want exit status 137\n%s", err, stderr)
+// The victim of killFromOutside, and the others' wait for its death.
+const (
+	victimScript = `echo $$ > "$TEST_DIR/pid.tmp"; mv "$TEST_DIR/pid.tmp" "$TEST_DIR/pid"; exec sleep 30`
+	awaitKill    = `while [ ! -e "$TEST_DIR/killed" ]; do sleep 0.05; done`
+)
+
+// TestLaunchGoesOnWithoutALostWorker: a worker killed by SIGKILL from
+// outside is a lost rank. The others go on past --grace and finish, and
+// launch exits 0, naming the lost rank in its last line.
+func TestLaunchGoesOnWithoutALostWorker(t *testing.T) {
+	dir := t.TempDir()
+	killed := killFromOutside(t, dir)
+	script := `if [ "$GYRE_LOCAL_RANK" = 2 ]; then ` + victimScript + `; fi
+	` + awaitKill + `; sleep 0.8; echo "done $GYRE_LOCAL_RANK"`
+	lines, stderr, err := launchLines(t, map[string]string{"TEST_DIR": dir}, "-n", "3", "--grace", "200ms", "--", "sh", "-c", script)
+	killed()
+	if err != nil {
+		t.Fatalf("launch = %v, want success: the job finished without worker [2]\n%s", err, stderr)
 	}
-	for _, want := range []string{"the reports of workers [0] [1] name rank 3: gyre: lost rank 3", "worker [3] failed first, killed by signal 9"} {
+	if got := strings.Join(lines, "|"); got != "[0] done 0|[1] done 1" {
+		t.Fatalf("stdout %q: the others did not go on after the loss\n%s", got, stderr)
+	}
+	all := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last, want := all[len(all)-1], "gyre launch: the job finished without 1 of 3 workers: rank 2 killed by signal 9 (killed)"; last != want {
+		t.Fatalf("last line %q, want %q\n%s", last, want, stderr)
+	}
+}
+
+// TestLaunchStopsTheJobWithoutQuorum: a worker exiting with
+// gyre.ExitNoQuorum stops the others at once, and launch exits with it.
+func TestLaunchStopsTheJobWithoutQuorum(t *testing.T) {
+	script := `if [ "$GYRE_LOCAL_RANK" = 1 ]; then sleep 0.3; exit ` + strconv.Itoa(gyre.ExitNoQuorum) + `; fi; exec sleep 30`
+	start := time.Now()
+	_, stderr, err := launchLines(t, nil, "-n", "3", "--grace", "2s", "--", "sh", "-c", script)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.ExitCode() != gyre.ExitNoQuorum {
+		t.Fatalf("launch = %v, want exit status %d\n%s", err, gyre.ExitNoQuorum, stderr)
+	}
+	for _, want := range []string{"worker [1] lost its quorum, exit status 75", "the workers still running were stopped"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("launch = %v, want it to say %q", err, want)
 		}
 	}
-	if !strings.Contains(stderr, "[0] Error: gyre: lost rank 3") || !strings.Contains(stderr, "[1] Error: gyre: lost rank 3") {
-		t.Fatalf("the workers' reports were not printed:\n%s", stderr)
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("took %v: the others were not stopped", d)
+	}
+}
+
+// TestLaunchExitsWithTheFirstFailure: when every worker fails, launch exits
+// with the first failure's status, here 128+9 as a shell's for a worker
+// killed by SIGKILL; the others' reports reach the output, and the error
+// names the rank they name.
+func TestLaunchExitsWithTheFirstFailure(t *testing.T) {
+	dir := t.TempDir()
+	killed := killFromOutside(t, dir)
+	script := `if [ "$GYRE_LOCAL_RANK" = 3 ]; then ` + victimScript + `; fi
+	` + awaitKill + `; sleep 0.5
+	echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1`
+	_, stderr, err := launchLines(t, map[string]string{"TEST_DIR": dir}, "-n", "4", "--static", "--grace", "3s", "--", "sh", "-c", script)
+	killed()
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+		t.Fatalf("launch = %v, want exit status 137\n%s", err, stderr)
+	}
+	for _, want := range []string{"the reports of workers [0] [1] [2] name rank 3: gyre: lost rank 3", "worker [3] failed first, killed by signal 9"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("launch = %v, want it to say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("launch = %v: no worker was running to stop", err)
+	}
+	for _, r := range []string{"[0]", "[1]", "[2]"} {
+		if !strings.Contains(stderr, r+" Error: gyre: lost rank 3") {
+			t.Fatalf("worker %s's report was not printed:\n%s", r, stderr)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"github.com/gyre-ml/gyre"
 )
 
 func main() {
@@ -17,13 +19,24 @@ func main() {
 	err := newRootCmd(osEnv()).ExecuteContext(ctx)
 	signal.Stop(sigs)
 	cancel()
+	if err != nil {
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCode is the status the gyre command exits with after err:
+// gyre.ExitNoQuorum when its worker lost its quorum, which gyre launch
+// takes as the end of the job, even if err carries a status too; else
+// the status err carries (gyre launch's); else 1.
+func exitCode(err error) int {
 	var coded interface{ ExitCode() int }
 	switch {
+	case errors.Is(err, gyre.ErrNoQuorum):
+		return gyre.ExitNoQuorum
 	case errors.As(err, &coded):
-		os.Exit(coded.ExitCode())
-	case err != nil:
-		os.Exit(1)
+		return coded.ExitCode()
 	}
+	return 1
 }
 
 // graceful is what the first SIGTERM or interrupt does while a worker

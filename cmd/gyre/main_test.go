@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/syncio"
 )
 
@@ -60,4 +63,26 @@ func run(t *testing.T, e env, args ...string) (string, string, error) {
 	defer cancel()
 	err := root.ExecuteContext(ctx)
 	return out.String(), errb.String(), err
+}
+
+// TestExitCode: a worker that lost its quorum exits with
+// gyre.ExitNoQuorum, however its error is wrapped, so that gyre launch
+// stops the job; other errors keep the status they carry, or 1.
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("train: %w", gyre.ErrNoQuorum), gyre.ExitNoQuorum},
+		{errors.Join(errors.New("closing"), fmt.Errorf("boundary: %w", gyre.ErrNoQuorum)), gyre.ExitNoQuorum},
+		{&exitError{code: 137, err: errors.New("worker [3] failed first")}, 137},
+		{errors.New("gyre: lost rank 2"), 1},
+	} {
+		if got := exitCode(tc.err); got != tc.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+	if gyre.ExitNoQuorum != 75 {
+		t.Errorf("gyre.ExitNoQuorum = %d; docs/cli.md and gyre launch --help say 75", gyre.ExitNoQuorum)
+	}
 }

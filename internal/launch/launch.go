@@ -19,9 +19,8 @@ import (
 	"github.com/gyre-ml/gyre/internal/syncio"
 )
 
-// DefaultGrace is how long, after a worker fails, the others get to exit
-// on their own and report, and then how long they get to exit after
-// SIGTERM before SIGKILL.
+// DefaultGrace is how long the workers get to exit after SIGTERM, when
+// the job is stopped, before SIGKILL.
 const DefaultGrace = 5 * time.Second
 
 // Options describe one local job.
@@ -39,10 +38,14 @@ type Options struct {
 	// LogDir, if set, also receives each worker's stdout and stderr,
 	// without prefixes, in LogDir/rank-<i>.log.
 	LogDir string
-	// Grace is how long, after the first failure, the other workers get
-	// to exit on their own and report it, and then how long they get to
-	// exit after SIGTERM. Default DefaultGrace.
+	// Grace is how long, when the job is stopped, the workers get to exit
+	// after SIGTERM before SIGKILL. Default DefaultGrace.
 	Grace time.Duration
+	// NoQuorum, if not 0, is the exit status with which a worker says that
+	// it lost touch with a majority of its view (gyre.ExitNoQuorum): a
+	// worker exiting with it stops the job. Any other failure is a lost
+	// worker, and the others go on.
+	NoQuorum int
 	// IDs, if set, are the workers' IDs in the job by launch index, for
 	// the launcher's log lines.
 	IDs []string
@@ -55,17 +58,75 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// RankError reports a failed job: the first worker that failed, and the
-// rank the failed workers' reports name, if they agree on one. The workers
-// still running were stopped because of it.
-type RankError struct {
-	// Index is the launch index of the first worker that failed.
+// Exit is how a worker that failed ended.
+type Exit struct {
+	// Index is its launch index.
 	Index int
 	// Code is its exit status, -1 if a signal killed it; Signal is that
 	// signal.
 	Code   int
 	Signal syscall.Signal
 	Err    error
+	// Report is what it said as it failed, if anything (see report).
+	Report []string
+}
+
+// String names the worker as a lost rank, by its launch index: "rank 2
+// killed by signal 9 (killed)", "rank 3 exited with status 1".
+func (x Exit) String() string {
+	switch {
+	case x.Signal != 0:
+		return fmt.Sprintf("rank %d killed by signal %d (%v)", x.Index, int(x.Signal), x.Signal)
+	case x.Code >= 0:
+		return fmt.Sprintf("rank %d exited with status %d", x.Index, x.Code)
+	}
+	return fmt.Sprintf("rank %d: %v", x.Index, x.Err)
+}
+
+// LostError reports a job that finished without some of its workers: at
+// least one worker exited 0, none exited with the no-quorum status, and
+// the workers in Lost failed on the way while the others went on. The job
+// succeeded; Run returns LostError rather than nil so that a caller that
+// needs every worker can tell. gyre launch prints it and exits 0.
+type LostError struct {
+	// N is the number of workers the job started with.
+	N int
+	// Lost are the workers that failed, in the order they exited.
+	Lost []Exit
+}
+
+func (e *LostError) Error() string {
+	lost := make([]string, len(e.Lost))
+	for i, x := range e.Lost {
+		lost[i] = x.String()
+	}
+	return fmt.Sprintf("the job finished without %d of %d workers: %s", len(e.Lost), e.N, strings.Join(lost, "; "))
+}
+
+// RankError reports a failed job: the worker whose failure ended it, and
+// the rank the failed workers' reports name, if they agree on one. A job
+// fails when a worker exits with the no-quorum status (Options.NoQuorum),
+// which stops the others, or when every worker failed, or when Run's
+// context ended after a worker failed; in the last two, Index is the
+// first worker that failed.
+type RankError struct {
+	// Index is the launch index of the worker whose failure ended the job:
+	// the one that exited with the no-quorum status, or else the first
+	// that failed.
+	Index int
+	// Code is its exit status, -1 if a signal killed it; Signal is that
+	// signal.
+	Code   int
+	Signal syscall.Signal
+	Err    error
+	// NoQuorum says that the worker at Index exited with the no-quorum
+	// status. Stopped says that workers were still running when the job
+	// ended, for lack of quorum or because Run's context ended, and were
+	// stopped (SIGTERM, then SIGKILL after the grace period).
+	NoQuorum, Stopped bool
+	// Lost are the other workers that failed on their own before the job
+	// ended, in the order they exited.
+	Lost []Exit
 	// Named is the rank in the job that the reports of the workers that
 	// failed name (the lost rank of "lost rank 3", the odd rank of a
 	// divergence), -1 if they name none or disagree. Line is a report line
@@ -74,31 +135,40 @@ type RankError struct {
 	Named int
 	Line  string
 	By    []int
-	// Report is the first failed worker's own report, if it left one.
+	// Report is the failed worker's own report, if it left one.
 	Report []string
 }
 
 func (e *RankError) Error() string {
+	what := fmt.Sprintf("%s failed first, %s", workers([]int{e.Index}), e.status())
+	if e.NoQuorum {
+		what = fmt.Sprintf("%s lost its quorum, %s", workers([]int{e.Index}), e.status())
+		if len(e.Lost) > 0 {
+			lost := make([]string, len(e.Lost))
+			for i, x := range e.Lost {
+				lost[i] = x.String()
+			}
+			what += " (lost before: " + strings.Join(lost, "; ") + ")"
+		}
+	}
 	if e.Named >= 0 {
 		reports := "the reports of %s name"
 		if len(e.By) == 1 {
 			reports = "the report of %s names"
 		}
-		return fmt.Sprintf(reports+" rank %d: %s; %s failed first, %s",
-			workers(e.By), e.Named, e.Line, workers([]int{e.Index}), e.status())
+		return fmt.Sprintf(reports+" rank %d: %s; %s", workers(e.By), e.Named, e.Line, what)
 	}
-	msg := fmt.Sprintf("%s failed first, %s", workers([]int{e.Index}), e.status())
 	if len(e.Report) > 0 {
-		msg += ": " + strings.TrimSpace(strings.TrimPrefix(e.Report[0], "Error:"))
+		what += ": " + strings.TrimSpace(strings.TrimPrefix(e.Report[0], "Error:"))
 	}
-	return msg
+	return what
 }
 
 func (e *RankError) Unwrap() error { return e.Err }
 
-// ExitCode is the status `gyre launch` exits with: the first failed
-// worker's own status, as mpirun does, or 128+signal when a signal killed
-// it, as shells do; 1 if neither is known.
+// ExitCode is the status `gyre launch` exits with: the failed worker's
+// own status, as mpirun does, or 128+signal when a signal killed it, as
+// shells do; 1 if neither is known.
 func (e *RankError) ExitCode() int {
 	switch {
 	case e.Code > 0:
@@ -142,12 +212,19 @@ type rank struct {
 	err    error
 }
 
-// Run starts the workers and waits for them. It returns nil when every
-// worker exits with status 0, or ctx's error if ctx ended first (after
-// stopping every worker). When a worker fails, the others get o.Grace to
-// exit on their own and report; then those left are stopped, and Run
-// returns a *RankError naming the first failure and the rank the reports
-// name. Run never leaves a worker running.
+// Run starts the workers and waits for them. A worker that exits 0 has
+// finished (or left), and one that fails otherwise (a status, a signal) is
+// lost: the others go on without it. The job ends when every worker has
+// exited, or at once when a worker exits with the no-quorum status
+// (o.NoQuorum), or when ctx ends; then the workers still running are
+// stopped: SIGTERM, and SIGKILL after o.Grace.
+//
+// Run returns nil when every worker exits 0; a *LostError when the job
+// finished (a worker exited 0, none with the no-quorum status) without the
+// workers it names; ctx's error if ctx ended first and no worker had
+// failed; and otherwise a *RankError naming the worker that exited with
+// the no-quorum status, or else the first that failed, and the rank the
+// failed workers' reports name. Run never leaves a worker running.
 func Run(ctx context.Context, o Options) error {
 	if o.N < 1 {
 		return fmt.Errorf("launch: need at least 1 worker, got %d", o.N)
@@ -192,14 +269,37 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	defer started.Wait()
-	failed, err := wait(ctx, o, exits)
-	if err != nil || len(failed) > 0 {
+	out, err := wait(ctx, o, exits)
+	ended := err != nil || out.noQuorum != nil
+	stopped := ended && running(ranks)
+	if ended {
 		stopAll()
 	}
-	if len(failed) > 0 {
-		return failure(failed)
+	switch {
+	case out.noQuorum != nil:
+		return failure(out.failed, out.noQuorum, true, stopped)
+	case len(out.failed) == 0:
+		return err
+	case err != nil || out.finished == 0:
+		return failure(out.failed, out.failed[0], false, stopped)
 	}
-	return err
+	lost := &LostError{N: o.N}
+	for _, rk := range out.failed {
+		lost.Lost = append(lost.Lost, exitOf(rk))
+	}
+	return lost
+}
+
+// running says whether a worker has not exited yet.
+func running(ranks []*rank) bool {
+	for _, rk := range ranks {
+		select {
+		case <-rk.exited:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // FirstWait bounds the wait for Options.FirstReady: a Go worker listens
@@ -223,46 +323,62 @@ func waitFirst(ctx context.Context, o Options, first *rank) {
 	}
 }
 
-// wait collects the workers' exits. After the first failure it waits
-// o.Grace more for the others, so that they report what they saw, and
-// returns the workers that failed by then, in the order they exited.
-func wait(ctx context.Context, o Options, exits <-chan *rank) ([]*rank, error) {
-	var (
-		failed   []*rank
-		deadline <-chan time.Time
-	)
-	for range o.N {
+// outcome is what wait saw of the workers' exits.
+type outcome struct {
+	// failed are the workers that failed, in the order they exited.
+	failed []*rank
+	// noQuorum is the worker that exited with the no-quorum status, if
+	// one did; it is also in failed.
+	noQuorum *rank
+	// finished counts the workers that exited 0.
+	finished int
+}
+
+// wait collects the workers' exits until every worker has exited, one
+// exits with the no-quorum status, or ctx ends (then with ctx's error). A
+// worker that fails otherwise is lost, and the others go on.
+func wait(ctx context.Context, o Options, exits <-chan *rank) (outcome, error) {
+	var out outcome
+	for left := o.N; left > 0; left-- {
 		select {
 		case rk := <-exits:
 			if rk.err == nil {
+				out.finished++
 				o.log(rk.id).Debug().Msg("worker exited")
 				continue
 			}
-			failed = append(failed, rk)
-			if deadline == nil {
-				o.log(rk.id).Error().Err(rk.err).Dur("grace", o.Grace).Msg("worker failed; the others have the grace period to report")
-				deadline = time.After(o.Grace)
+			out.failed = append(out.failed, rk)
+			if code, _ := exitStatus(rk.err); o.NoQuorum != 0 && code == o.NoQuorum {
+				out.noQuorum = rk
+				o.log(rk.id).Error().Err(rk.err).Msg("worker lost its quorum; stopping the job")
+				return out, nil
 			}
-		case <-deadline:
-			return failed, nil
+			if left > 1 {
+				o.log(rk.id).Warn().Err(rk.err).Int("running", left-1).Msg("worker lost; the others go on")
+			} else {
+				o.log(rk.id).Warn().Err(rk.err).Msg("worker lost; it was the last one running")
+			}
 		case <-ctx.Done():
-			if len(failed) == 0 {
-				o.Logger.Warn().Msg("interrupted; stopping every worker")
-			}
-			return failed, ctx.Err()
+			o.Logger.Warn().Msg("interrupted; stopping every worker")
+			return out, ctx.Err()
 		}
 	}
-	return failed, nil
+	return out, nil
 }
 
-// failure builds the job's error from the workers that failed.
-func failure(failed []*rank) *RankError {
-	first := failed[0]
-	e := &RankError{Index: first.id, Err: first.err, Report: first.report.get()}
-	e.Code, e.Signal = exitStatus(first.err)
+// failure builds the job's error: end is the worker whose failure ended
+// it (with the no-quorum status if noQuorum), failed every worker that
+// failed on its own, end among them; stopped says the others were stopped.
+func failure(failed []*rank, end *rank, noQuorum, stopped bool) *RankError {
+	x := exitOf(end)
+	e := &RankError{Index: x.Index, Code: x.Code, Signal: x.Signal, Err: x.Err, Report: x.Report,
+		NoQuorum: noQuorum, Stopped: stopped}
 	reports := make([][]string, len(failed))
 	for i, rk := range failed {
 		reports[i] = rk.report.get()
+		if rk != end {
+			e.Lost = append(e.Lost, exitOf(rk))
+		}
 	}
 	var by []int
 	e.Named, e.Line, by = blame(reports)
@@ -271,6 +387,13 @@ func failure(failed []*rank) *RankError {
 	}
 	slices.Sort(e.By)
 	return e
+}
+
+// exitOf describes how a worker that failed ended.
+func exitOf(rk *rank) Exit {
+	x := Exit{Index: rk.id, Err: rk.err, Report: rk.report.get()}
+	x.Code, x.Signal = exitStatus(rk.err)
+	return x
 }
 
 // exitStatus returns a process's exit status, or -1 and the signal that

@@ -39,12 +39,13 @@ func runSh(t *testing.T, n int, script string, adjust func(*Options)) (string, s
 	t.Helper()
 	var out, errb syncBuffer
 	o := Options{
-		N:      n,
-		Argv:   []string{"sh", "-c", script},
-		Env:    func(r int) []string { return append(os.Environ(), fmt.Sprintf("RANK=%d", r)) },
-		Stdout: &out,
-		Stderr: &errb,
-		Grace:  2 * time.Second,
+		N:        n,
+		Argv:     []string{"sh", "-c", script},
+		Env:      func(r int) []string { return append(os.Environ(), fmt.Sprintf("RANK=%d", r)) },
+		Stdout:   &out,
+		Stderr:   &errb,
+		Grace:    2 * time.Second,
+		NoQuorum: noQuorum,
 	}
 	if adjust != nil {
 		adjust(&o)
@@ -54,6 +55,63 @@ func runSh(t *testing.T, n int, script string, adjust func(*Options)) (string, s
 	err := Run(ctx, o)
 	return out.String(), errb.String(), err
 }
+
+// noQuorum is the no-quorum status the tests' workers exit with, as
+// gyre.ExitNoQuorum (this package does not import gyre).
+const noQuorum = 75
+
+// killFromOutside kills with SIGKILL, as `kill -9` from a shell would, the
+// worker that writes its pid to dir/pid, then creates dir/killed. The
+// returned func waits for that and fails t if it could not.
+func killFromOutside(t *testing.T, dir string) func() {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			b, err := os.ReadFile(filepath.Join(dir, "pid"))
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err != nil {
+				done <- err
+				return
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				done <- err
+				return
+			}
+			done <- os.WriteFile(filepath.Join(dir, "killed"), nil, 0o644)
+			return
+		}
+		done <- errors.New("no worker wrote its pid")
+	}()
+	return func() {
+		t.Helper()
+		if err := <-done; err != nil {
+			t.Fatalf("kill -9 from outside: %v", err)
+		}
+	}
+}
+
+// inDir adds DIR=dir to every worker's environment.
+func inDir(dir string, adjust func(*Options)) func(*Options) {
+	return func(o *Options) {
+		env := o.Env
+		o.Env = func(r int) []string { return append(env(r), "DIR="+dir) }
+		if adjust != nil {
+			adjust(o)
+		}
+	}
+}
+
+// The victim's script: it writes its pid for killFromOutside and sleeps.
+const victim = `echo $$ > "$DIR/pid.tmp"; mv "$DIR/pid.tmp" "$DIR/pid"; exec sleep 30`
+
+// awaitKill is the others' script: wait until the victim was killed.
+const awaitKill = `while [ ! -e "$DIR/killed" ]; do sleep 0.05; done`
 
 func sortedLines(s string) []string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -76,59 +134,123 @@ func TestRunPrefixesEveryLine(t *testing.T) {
 	}
 }
 
-func TestRunStopsTheOthersWhenARankFails(t *testing.T) {
+// TestRunGoesOnWithoutALostRank: a worker killed from outside by SIGKILL
+// is lost, not the end of the job. The others go on well past the grace
+// period, are not stopped, and exit 0; Run reports the job finished
+// without the lost worker, naming it.
+func TestRunGoesOnWithoutALostRank(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	start := time.Now()
-	_, _, err := runSh(t, 4, `if [ "$RANK" = 2 ]; then sleep 0.2; exit 3; fi; exec sleep 30`, nil)
-	var re *RankError
-	if !errors.As(err, &re) || re.Index != 2 || re.Code != 3 || re.ExitCode() != 3 || re.Named != -1 {
-		t.Fatalf("Run = %v, want rank 2 failing with status 3", err)
+	dir := t.TempDir()
+	killed := killFromOutside(t, dir)
+	script := `if [ "$RANK" = 2 ]; then ` + victim + `; fi
+	` + awaitKill + `; sleep 1; echo "done $RANK"`
+	out, _, err := runSh(t, 4, script, inDir(dir, func(o *Options) { o.Grace = 200 * time.Millisecond }))
+	killed()
+	var lost *LostError
+	if !errors.As(err, &lost) || lost.N != 4 || len(lost.Lost) != 1 {
+		t.Fatalf("Run = %v, want a *LostError naming worker [2] alone", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("took %v: the other ranks were not stopped", d)
+	if x := lost.Lost[0]; x.Index != 2 || x.Signal != syscall.SIGKILL || x.Code != -1 {
+		t.Fatalf("lost %+v, want worker [2] killed by SIGKILL", x)
+	}
+	if want := "the job finished without 1 of 4 workers: rank 2 killed by signal 9 (killed)"; err.Error() != want {
+		t.Fatalf("error\n%s\nwant\n%s", err, want)
+	}
+	if got := strings.Join(sortedLines(out), "|"); got != "[0] done 0|[1] done 1|[3] done 3" {
+		t.Fatalf("the others did not finish after the loss: stdout %q", got)
+	}
+}
+
+// TestRunStopsTheJobWithoutQuorum: a worker exiting with the no-quorum
+// status ends the job at once. The others get SIGTERM (their trap runs),
+// a worker lost before is named, and the status is the no-quorum one,
+// although the workers stopped exit 0.
+func TestRunStopsTheJobWithoutQuorum(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	script := `case $RANK in
+	0|2) trap 'echo "stopped $RANK"; exit 0' TERM; touch "$DIR/ready-$RANK"; sleep 30 & wait ;;
+	3) echo $$ > "$DIR/pid3.tmp"; mv "$DIR/pid3.tmp" "$DIR/pid3"; exit 1 ;;
+	1) until [ -e "$DIR/ready-0" ] && [ -e "$DIR/ready-2" ] && [ -e "$DIR/pid3" ]; do sleep 0.05; done
+	   while kill -0 "$(cat "$DIR/pid3")" 2>/dev/null; do sleep 0.05; done; sleep 0.2
+	   echo "Error: gyre: no quorum" >&2; exit 75 ;;
+	esac`
+	start := time.Now()
+	out, _, err := runSh(t, 4, script, inDir(dir, nil))
+	took := time.Since(start)
+	var re *RankError
+	if !errors.As(err, &re) || !re.NoQuorum || !re.Stopped || re.Index != 1 || re.ExitCode() != noQuorum {
+		t.Fatalf("Run = %#v, want worker [1]'s no-quorum status 75 and the others stopped", err)
+	}
+	if len(re.Lost) != 1 || re.Lost[0].Index != 3 || re.Lost[0].Code != 1 {
+		t.Fatalf("lost before the stop: %+v, want worker [3] with status 1", re.Lost)
+	}
+	if want := "worker [1] lost its quorum, exit status 75 (lost before: rank 3 exited with status 1): gyre: no quorum"; err.Error() != want {
+		t.Fatalf("error\n%s\nwant\n%s", err, want)
+	}
+	if got := strings.Join(sortedLines(out), "|"); got != "[0] stopped 0|[2] stopped 2" {
+		t.Fatalf("stdout %q: workers [0] and [2] were not stopped by SIGTERM", got)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("took %v: the others were not stopped", took)
 	}
 }
 
 func TestRunKillsRanksThatIgnoreSIGTERM(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	script := `if [ "$RANK" = 0 ]; then until [ -e "$DIR/ready" ]; do sleep 0.05; done; exit 75; fi
+	trap "" TERM; touch "$DIR/ready"; while :; do sleep 0.1; done`
 	start := time.Now()
-	_, _, err := runSh(t, 2, `trap "" TERM; if [ "$RANK" = 0 ]; then exit 5; fi; while :; do sleep 0.1; done`, nil)
+	_, _, err := runSh(t, 2, script, inDir(dir, func(o *Options) { o.Grace = 500 * time.Millisecond }))
+	took := time.Since(start)
 	var re *RankError
-	if !errors.As(err, &re) || re.Index != 0 || re.Code != 5 {
-		t.Fatalf("Run = %v, want rank 0 with status 5", err)
+	if !errors.As(err, &re) || re.Index != 0 || re.Code != noQuorum || !re.NoQuorum {
+		t.Fatalf("Run = %v, want rank 0 with the no-quorum status", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("took %v: the rank ignoring SIGTERM was not killed after the grace period", d)
+	if took < 500*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("took %v: the rank ignoring SIGTERM was not killed after the grace period", took)
 	}
 }
 
-// TestRunExitsAsAShellForASignal: a worker killed by a signal makes the
-// job's status 128+signal, as a shell's, not 1.
+// TestRunExitsAsAShellForASignal: when every worker fails, the job's
+// status is the first failure's: here a worker killed from outside by
+// SIGKILL, so 128+9, as a shell's, not 1. The others' reports, which
+// they printed as they failed on their own, name it.
 func TestRunExitsAsAShellForASignal(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	_, _, err := runSh(t, 2, `if [ "$RANK" = 1 ]; then kill -9 $$; fi; exec sleep 30`, func(o *Options) { o.Grace = 200 * time.Millisecond })
+	dir := t.TempDir()
+	killed := killFromOutside(t, dir)
+	script := `if [ "$RANK" = 1 ]; then ` + victim + `; fi
+	` + awaitKill + `; sleep 0.3; echo "Error: gyre: lost rank 1 (127.0.0.1:9) in iteration 2: peer gone" >&2; exit 1`
+	_, errs, err := runSh(t, 3, script, inDir(dir, func(o *Options) { o.Grace = 200 * time.Millisecond }))
+	killed()
 	var re *RankError
-	if !errors.As(err, &re) || re.Index != 1 || re.Signal != syscall.SIGKILL || re.ExitCode() != 137 {
+	if !errors.As(err, &re) || re.Index != 1 || re.Signal != syscall.SIGKILL || re.ExitCode() != 137 || re.NoQuorum || re.Stopped {
 		t.Fatalf("Run = %v, want worker [1] killed by signal 9, status 137", err)
+	}
+	if re.Named != 1 || fmt.Sprint(re.By) != "[0 2]" || len(re.Lost) != 2 {
+		t.Fatalf("Run = %#v, want rank 1 named by workers [0] [2], both lost", re)
 	}
 	if !strings.Contains(err.Error(), "worker [1] failed first, killed by signal 9") {
 		t.Fatalf("the error does not say how worker [1] died: %v", err)
 	}
+	if !strings.Contains(errs, "[0] Error: gyre: lost rank 1") || !strings.Contains(errs, "[2] Error: gyre: lost rank 1") {
+		t.Fatalf("the workers' reports were not printed:\n%s", errs)
+	}
 }
 
-// TestRunWaitsForTheOthersToReport: the worker that fails first is not
-// always the one at fault. The others get the grace period to exit on
-// their own, their reports reach the output, and the error names the rank
-// those reports name, with the first worker's status.
-func TestRunWaitsForTheOthersToReport(t *testing.T) {
+// TestRunNamesTheRankTheReportsName: the worker that fails first is not
+// always the one at fault. When every worker failed, the error names the
+// rank the reports name, with the first worker's status.
+func TestRunNamesTheRankTheReportsName(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	script := `case $RANK in
 	0) exit 4 ;;
 	1|2) sleep 0.3; echo "some log line" >&2; echo "Error: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone" >&2; exit 1 ;;
-	*) exec sleep 30 ;;
+	*) sleep 0.6; exit 2 ;;
 	esac`
-	start := time.Now()
-	_, errs, err := runSh(t, 4, script, func(o *Options) { o.Grace = time.Second })
+	_, errs, err := runSh(t, 4, script, nil)
 	var re *RankError
 	if !errors.As(err, &re) || re.Index != 0 || re.ExitCode() != 4 || re.Named != 3 || fmt.Sprint(re.By) != "[1 2]" {
 		t.Fatalf("Run = %#v, want worker [0]'s status 4 and rank 3 named by workers [1] [2]", err)
@@ -141,9 +263,6 @@ func TestRunWaitsForTheOthersToReport(t *testing.T) {
 	want := "the reports of workers [1] [2] name rank 3: gyre: lost rank 3 (127.0.0.1:9) in iteration 7: peer gone; worker [0] failed first, exit status 4"
 	if err.Error() != want {
 		t.Fatalf("error\n%s\nwant\n%s", err, want)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("took %v: worker [3] was not stopped after the grace period", d)
 	}
 }
 
