@@ -1,0 +1,50 @@
+#!/bin/sh
+# Time from kill -9 of one of 4 workers to Boundary returning Redo on the
+# last survivor, per transport, split by phase.
+#   sh bench/recovery-time.sh [RUNS] [TRANSPORTS]
+# Each run starts `gyre launch -n 4 ... train` on loopback with JSON logs,
+# waits until it trains, kills one worker with SIGKILL and waits for the 3
+# survivors' "recovered" log lines. It prints, per run, the time from the
+# kill to the last survivor's line (polled every 5 ms), and that
+# survivor's phases as it logged them: detect (from the lost worker's last
+# heartbeat to entering a round), agree (the rounds, to the install) and
+# transfer (connecting the new view and taking the winning state). Then
+# the medians per transport. RUNS defaults to 5, TRANSPORTS to "tcp quic".
+set -eu
+cd "$(dirname "$0")/.."
+runs=${1:-5}
+transports=${2:-tcp quic}
+dir=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+go build -o "$dir/gyre" ./cmd/gyre
+gyre="$dir/gyre"
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+for tr in $transports; do
+  : >"$dir/$tr.runs"
+  for run in $(seq "$runs"); do
+    rm -f "$dir/job.err" "$dir/job.out"
+    "$gyre" --log-format json --log-level warn launch -n 4 --transport "$tr" -- \
+      train --iters 1000000 --target-acc 0 --eval-every 100 >"$dir/job.out" 2>"$dir/job.err" &
+    job=$!
+    while ! grep -q '^\[0\] *100 ' "$dir/job.out" 2>/dev/null; do sleep 0.05; done
+    victim=$(cat /proc/"$job"/task/*/children | tr ' ' '\n' | grep . | sort -n | sed -n 3p)
+    t0=$(ms)
+    kill -KILL "$victim"
+    while [ "$(grep -c '"recovered' "$dir/job.err" || true)" -lt 3 ]; do sleep 0.005; done
+    t1=$(ms)
+    last=$(grep '"recovered' "$dir/job.err" | tail -1)
+    detect=$(echo "$last" | field detect)
+    agree=$(echo "$last" | field agree)
+    transfer=$(echo "$last" | field transfer)
+    echo "$tr run $run: $((t1 - t0)) ms from kill to the last Redo; its phases: detect $detect ms, agree $agree ms, transfer $transfer ms"
+    echo "$((t1 - t0)) $detect $agree $transfer" >>"$dir/$tr.runs"
+    kill -TERM "$job"
+    wait "$job" 2>/dev/null || true
+    sleep 1
+  done
+  echo "$tr median of $runs: kill to last Redo $(cut -d' ' -f1 "$dir/$tr.runs" | median) ms;" \
+    "detect $(cut -d' ' -f2 "$dir/$tr.runs" | median) ms, agree $(cut -d' ' -f3 "$dir/$tr.runs" | median) ms," \
+    "transfer $(cut -d' ' -f4 "$dir/$tr.runs" | median) ms"
+done

@@ -1,0 +1,210 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gyreapi "github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/transport/transporttest"
+)
+
+// TestSurviveKillProcs: kill -9 of one of 4 gossip training processes
+// mid-run. The 3 survivors recover without it, finish every iteration,
+// exit 0 and end with one state digest. Over QUIC in the normal run, and
+// over TCP too with GYRE_LONG_TESTS.
+func TestSurviveKillProcs(t *testing.T) {
+	transports := []string{"quic"}
+	if os.Getenv("GYRE_LONG_TESTS") == "1" {
+		transports = append(transports, "tcp")
+	}
+	gyre := gyretest.Gyre(t)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			const iters, victim = "1500", 2
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Transport: tr, Gossip: true,
+				Argv: func(int) []string {
+					return []string{gyre, "--log-level", "warn", "train", "--iters", iters, "--eval-every", "500",
+						"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s"}
+				}})
+			waitForRow(t, p, 0, 20*time.Second)
+			p.Kill(t, victim)
+			killed := time.Now()
+			digests := map[string][]int{}
+			for _, res := range waitAll(t, p, 2*time.Minute) {
+				if res.Rank == victim {
+					continue
+				}
+				m := digestLine.FindStringSubmatch(res.Stdout)
+				if res.Code != 0 || m == nil || m[3] != iters {
+					t.Errorf("rank %d exited %d; want 0 after iteration %s:\n%s\n%s", res.Rank, res.Code, iters, res.Stdout, res.Stderr)
+					continue
+				}
+				digests[m[2]] = append(digests[m[2]], res.Rank)
+				if !strings.Contains(res.Stderr, "recovered") {
+					t.Errorf("rank %d did not log its recovery:\n%s", res.Rank, res.Stderr)
+				}
+				t.Logf("rank %d finished %v after the kill", res.Rank, time.Since(killed).Round(time.Millisecond))
+			}
+			if len(digests) != 1 {
+				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
+			}
+		})
+	}
+}
+
+// waitForRow waits until process r has printed a progress row: it has
+// joined and trained.
+func waitForRow(t *testing.T, p *gyretest.Procs, r int, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if progress.MatchString(p.Stdout(r)) {
+			return
+		}
+	}
+	t.Fatalf("process %d printed no progress row within %v:\n%s\n%s", r, limit, p.Stdout(r), p.Stderr(r))
+}
+
+// TestLaunchSurvivesAKill: `gyre launch -n 4 -- train` with one child
+// killed by kill -9 reaches the accuracy target with 3 workers and exits
+// 0, naming the lost rank in its last line.
+func TestLaunchSurvivesAKill(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	cmd := exec.Command(gyre, "--log-level", "warn", "launch", "-n", "4", "--", "train", "--peer-timeout", "1s")
+	var stdout, stderr transporttest.LogBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	row := regexp.MustCompile(`(?m)^\[0\] +\d+ +[0-9.]+ +[0-9.]+%`)
+	for deadline := time.Now().Add(30 * time.Second); !row.MatchString(stdout.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress row within 30 s:\n%s\n%s", stdout.String(), stderr.String())
+		}
+	}
+	kids := children(t, cmd.Process.Pid)
+	if len(kids) != 4 {
+		t.Fatalf("launch has %d children, want 4", len(kids))
+	}
+	const victim = 2 // children start in rank order, so pids ascend with it
+	if err := syscall.Kill(kids[victim], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		out, errs := stdout.String(), strings.TrimSpace(stderr.String())
+		lines := strings.Split(errs, "\n")
+		last := lines[len(lines)-1]
+		if err != nil || !strings.Contains(last, fmt.Sprintf("rank %d killed by signal 9", victim)) {
+			t.Fatalf("launch = %v, last line %q; want success naming rank %d\n%s\n%s", err, last, victim, out, errs)
+		}
+		if !strings.Contains(out, "recovered without") || !strings.Contains(out, "test accuracy after") {
+			t.Fatalf("the job did not say it recovered and reached its target:\n%s", out)
+		}
+		t.Logf("%s", last)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the job did not end within 3 minutes:\n%s\n%s", stdout.String(), stderr.String())
+	}
+}
+
+// children lists pid's child processes, oldest first.
+func children(t *testing.T, pid int) []int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Skipf("no /proc to find launch's children: %v", err)
+	}
+	var kids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	slices.Sort(kids)
+	return kids
+}
+
+// TestTwoWorkersCannotSurviveACrash: a majority of 2 is both, so when one
+// of 2 workers is killed the survivor waits --quorum-timeout for it, then
+// exits with the no-quorum status and says why.
+func TestTwoWorkersCannotSurviveACrash(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 2, Gossip: true,
+		Argv: func(int) []string {
+			return []string{gyre, "--log-level", "error", "train", "--iters", "1000000", "--target-acc", "0",
+				"--peer-timeout", "500ms", "--quorum-timeout", "3s"}
+		}})
+	waitForRow(t, p, 0, 20*time.Second)
+	p.Kill(t, 1)
+	killed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := p.WaitRank(ctx, 0)
+	took := time.Since(killed)
+	if res.Code != gyreapi.ExitNoQuorum || !strings.Contains(res.Stderr, "no quorum") || !strings.Contains(res.Stderr, "needs more than half") {
+		t.Fatalf("the survivor exited %d after %v; want %d, no quorum:\n%s", res.Code, took, gyreapi.ExitNoQuorum, res.Stderr)
+	}
+	if took < 3*time.Second || took > 10*time.Second {
+		t.Errorf("the survivor gave up %v after the kill; want the quorum timeout, 3 s, plus detection", took)
+	}
+	t.Logf("the survivor exited %d after %v: %s", res.Code, took.Round(time.Millisecond), lastLine(res.Stderr))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestStoppedWorkerRejoinsProcs: SIGSTOP of one of 4 gossip training
+// processes for longer than --peer-timeout, then SIGCONT. The others go
+// on as 3; the resumed worker learns it was left out, rejoins as a new
+// member, and all 4 finish with one state digest.
+func TestStoppedWorkerRejoinsProcs(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	const iters, victim = "3000", 2
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true,
+		Argv: func(int) []string {
+			return []string{gyre, "--log-level", "warn", "train", "--iters", iters, "--eval-every", "1000",
+				"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s"}
+		}})
+	waitForRow(t, p, 0, 20*time.Second)
+	p.Stop(t, victim)
+	time.Sleep(3 * time.Second)
+	p.Cont(t, victim)
+	digests := map[string][]int{}
+	for _, res := range waitAll(t, p, 2*time.Minute) {
+		m := digestLine.FindStringSubmatch(res.Stdout)
+		if res.Code != 0 || m == nil || m[3] != iters {
+			t.Errorf("rank %d exited %d; want 0 after iteration %s:\n%s\n%s", res.Rank, res.Code, iters, res.Stdout, res.Stderr)
+			continue
+		}
+		digests[m[2]] = append(digests[m[2]], res.Rank)
+	}
+	if len(digests) != 1 {
+		t.Errorf("the workers ended with %d digests: %v", len(digests), digests)
+	}
+	if !strings.Contains(p.Stderr(victim), "rejoining as a new member") {
+		t.Errorf("the resumed worker did not say it rejoined:\n%s", p.Stderr(victim))
+	}
+}
