@@ -31,10 +31,12 @@ type inSlot struct {
 	cur     *inGen        // generation the Recv in progress reads
 	cc      canceller     // sets a past deadline on cur when a Recv's ctx ends
 	quit    chan struct{} // closed when the peer is forgotten: stops the readers
-	// renew says the peer reopens this channel too (Reopen): until its
-	// next generation arrives, a head generation that ends or dies waits
-	// for it instead of failing Recv.
-	renew bool
+	// nextGen numbers the generations as they arrive; those numbered
+	// below oldBefore arrived before the last Reopen. They belong to an
+	// exchange both sides gave up on: when one ends or fails, even
+	// mid-message, Recv waits for the peer's next generation instead of
+	// failing.
+	nextGen, oldBefore uint64
 
 	// Owned by the Recv in progress (at most one per slot).
 	readers []*stripeReader // index s for stripe s > 0
@@ -43,6 +45,7 @@ type inSlot struct {
 
 // inGen is one generation of a channel's inbound streams.
 type inGen struct {
+	id      uint64      // its number in its slot (inSlot.nextGen)
 	k       int         // stripes, from the Hello
 	streams []*inStream // guarded by t.mu; nil until the stripe arrives
 	err     error       // guarded by t.mu; set once the generation is dead
@@ -80,6 +83,11 @@ func (t *Transport) slotLocked(p *peer, ch transport.Channel) *inSlot {
 	}
 	return s
 }
+
+// reopened reports whether g arrived before the last Reopen of the slot's
+// channel: the peer has left it, or is leaving it, for a new generation.
+// t.mu must be held.
+func (sl *inSlot) reopened(g *inGen) bool { return g.id < sl.oldBefore }
 
 func (sl *inSlot) signalLocked() {
 	close(sl.changed)
@@ -217,9 +225,9 @@ func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
 			t.log.Info().Str("peer", string(id)).Stringer("channel", transport.Channel(h.Channel)).
 				Msg("peer reopened the channel; new streams queue behind the old")
 		}
-		g = &inGen{k: k, streams: make([]*inStream, k)}
+		g = &inGen{id: sl.nextGen, k: k, streams: make([]*inStream, k)}
+		sl.nextGen++
 		sl.gens = append(sl.gens, g)
-		sl.renew = false // the reopening peer's generation is here
 	}
 	g.streams[h.Stripe] = is
 	sl.signalLocked()
@@ -321,7 +329,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 				Err: fmt.Errorf("peer closed its %v stream: %w", sl.ch, io.EOF)}
 			closers = g.killLocked(perr, nil)
 			// A newer generation follows, or the peer is reopening.
-			retry = (len(sl.gens) > 1 && sl.gens[0] == g) || sl.renew
+			retry = (len(sl.gens) > 1 && sl.gens[0] == g) || sl.reopened(g)
 			if !retry {
 				t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Msg("peer closed the channel")
 			}
@@ -335,9 +343,11 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			closers = g.killLocked(perr, nil)
 			t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Err(err).Msg("stream failed")
 			err = perr
-			// A reopening peer resets the streams it leaves behind; its
-			// next generation follows. Anything else is the peer's loss.
-			retry = consumed == 0 && (sl.renew || (len(sl.gens) > 1 && sl.gens[0] == g))
+			// A reopening peer resets or cuts the streams it leaves
+			// behind, a message in them included, which nobody waits for
+			// any more: its next generation follows. Anything else is the
+			// peer's loss.
+			retry = sl.reopened(g) || (consumed == 0 && len(sl.gens) > 1 && sl.gens[0] == g)
 		}
 		sl.signalLocked()
 		t.mu.Unlock()
@@ -367,7 +377,7 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 			return nil, nil, ctx.Err()
 		}
 		if g == nil {
-			for len(sl.gens) > 0 && sl.gens[0].err != nil && (len(sl.gens) > 1 || sl.renew) {
+			for len(sl.gens) > 0 && sl.gens[0].err != nil && (len(sl.gens) > 1 || sl.reopened(sl.gens[0])) {
 				copy(sl.gens, sl.gens[1:])
 				sl.gens[len(sl.gens)-1] = nil
 				sl.gens = sl.gens[:len(sl.gens)-1]

@@ -154,8 +154,11 @@ func (t *Transport) Send(ctx context.Context, id transport.PeerID, ch transport.
 
 // Reopen closes the open streams of (id, ch), if the channel has any:
 // the next Send opens a new generation (transport.Reopener). The peer
-// reopens its side too, so from now on a Recv whose generation ends or
-// was broken waits for the peer's next one instead of failing.
+// reopens its side too, so the generations that arrived from it before
+// now are left behind: when one ends or fails, even mid-message, Recv
+// waits for the peer's next one instead of failing. (A generation the
+// peer opened after its own Reopen but before this one counts as left
+// behind too: a failure of it waits too, until the watchdogs above.)
 func (t *Transport) Reopen(id transport.PeerID, ch transport.Channel) {
 	if checkChannel(ch) != nil {
 		return
@@ -171,7 +174,7 @@ func (t *Transport) Reopen(id transport.PeerID, ch transport.Channel) {
 		oc = p.out.chans[ch]
 	}
 	sl := t.slotLocked(p, ch)
-	sl.renew = true
+	sl.oldBefore = sl.nextGen
 	sl.signalLocked()
 	t.mu.Unlock()
 	if oc != nil {
