@@ -29,6 +29,7 @@ type trainFlags struct {
 	dataSeed    uint64
 	timeout     time.Duration
 	metricsFile string
+	positions   bool
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
@@ -76,6 +77,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
 	f.StringVar(&fl.metricsFile, "metrics-file", "", "write a JSON line per iteration to this file: iter, loss (global mean, exact), shares, rank, seconds, samples_per_sec")
+	f.BoolVar(&fl.positions, "log-positions", false, "print, at each commit, the iteration, its view's epoch and the sample positions this worker covered (# committed ... lines)")
 	cfg.GlobalBatch = mlp.DefaultBatch
 	cfg.BindPFlags(f)
 	return cmd
@@ -139,6 +141,16 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 			}
 		}()
 		onIter = mw.write
+	}
+	if fl.positions {
+		prev := onIter
+		onIter = func(it train.Iteration) {
+			if prev != nil {
+				prev(it)
+			}
+			fmt.Fprintf(out, "# committed iteration %d epoch %d positions %d-%d of %d-%d\n", it.Iter, it.Epoch,
+				it.Positions[0], it.Positions[1], it.Iter*int64(it.Global), (it.Iter+1)*int64(it.Global))
+		}
 	}
 	state := job.State()
 	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))

@@ -53,6 +53,12 @@ type Iteration struct {
 	Rank    int       // this worker's rank in it
 	Seconds float64   // wall time from Batch to the end of its Boundary (no evaluation)
 	Start   time.Time // when it began (Batch)
+	// Epoch is the view it ran and was committed in; Global is the global
+	// batch B, and Positions this worker's part [first, end) of the
+	// iteration's sample positions [Iter·B, (Iter+1)·B).
+	Epoch     uint64
+	Global    int
+	Positions [2]int64
 }
 
 // Progress is a report at an evaluation.
@@ -159,7 +165,7 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	for w.Iter() < o.Iters {
 		began := time.Now()
 		b := w.Batch()
-		shares, rank := w.Shares(), w.Rank()
+		shares, rank, epoch := w.Shares(), w.Rank(), w.View().Epoch
 		x, labels = j.Data.Batch(b.Indices, x, labels)
 		end := w.StartSpan(gyre.SpanForward)
 		l, err := j.Model.Forward(x, labels)
@@ -219,7 +225,7 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		res.Iters, res.Loss = w.Iter(), loss[0]
 		if o.OnIteration != nil {
 			o.OnIteration(Iteration{Iter: w.Iter() - 1, Loss: loss[0], Shares: shares, Rank: rank, Seconds: time.Since(began).Seconds(),
-				Start: began})
+				Start: began, Epoch: epoch, Global: b.Global, Positions: [2]int64{b.Start, b.Start + int64(b.Share)}})
 		}
 		last := w.Iter() == o.Iters
 		if w.Iter()%o.EvalEvery != 0 && !last {
