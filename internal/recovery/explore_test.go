@@ -222,7 +222,7 @@ func TestSimulationBoundary(t *testing.T) {
 // sometimes a boundary.
 func randomScenario(rng *rand.Rand, n int, maxStep int) scenario {
 	fs := append(allFaults(n), blips(n)...)
-	sc := scenario{n: n, seed: rng.Uint64() | 1, joiner: rng.IntN(5) == 0, leaver: rng.IntN(5) == 0}
+	sc := scenario{n: n, seed: rng.Uint64() | 1, joiner: rng.IntN(5) == 0, leaver: rng.IntN(5) == 0, resend: rng.IntN(2) == 0}
 	if n >= 3 && rng.IntN(4) == 0 {
 		sc.boundary = true
 		if !sc.joiner && !sc.leaver {

@@ -12,9 +12,18 @@ type Config struct {
 	// the next one with the next coordinator. It must cover a round's four
 	// message delays, or rounds preempt each other for ever.
 	RoundTicks int
+	// ResendTicks, if not 0, is how often a rank in a round that has not
+	// reached a proposal sends its round's message again: a participant
+	// its Report to the coordinator, a coordinator its call to the members
+	// that have not reported. A link that broke and came back (a healed
+	// partition) loses what was in flight, and a rank cut off until then
+	// would otherwise wait for the round's end to be heard.
+	ResendTicks int
 }
 
-// DefaultConfig suits a network that delivers within 3 ticks.
+// DefaultConfig suits a network that delivers within 3 ticks. It sends
+// nothing again: the exhaustive explorations keep their message steps few;
+// random schedules turn resends on (scenario.resend).
 var DefaultConfig = Config{CollectTicks: 7, RoundTicks: 30}
 
 // Input is one of Recv, Lost and Tick.
@@ -33,9 +42,15 @@ type Lost struct{ Peer ID }
 // Tick is one unit of time.
 type Tick struct{}
 
-func (Recv) input() {}
-func (Lost) input() {}
-func (Tick) input() {}
+// Heard withdraws the evidence against Peer: its heartbeats are back (a
+// link came back, a partition healed). Until a message of Peer's arrives,
+// only this tells the rank that Peer hears it again.
+type Heard struct{ Peer ID }
+
+func (Recv) input()  {}
+func (Lost) input()  {}
+func (Tick) input()  {}
+func (Heard) input() {}
 
 // Output is one of Send, Installed and Waiting.
 type Output interface{ output() }
@@ -153,6 +168,11 @@ func (r *Rank) Step(in Input) []Output {
 		r.onLost(in.Peer)
 	case Tick:
 		r.onTick()
+	case Heard:
+		if slices.Contains(r.lost, in.Peer) {
+			r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.Peer })
+			r.lostGen++
+		}
 	case Recv:
 		// A message is a sign of life: the evidence it contradicts goes.
 		// If the peer is still gone, the runtime gives new evidence.
@@ -254,9 +274,48 @@ func (r *Rank) onTick() {
 			r.decide(true)
 		}
 	}
+	if k := r.cfg.ResendTicks; k > 0 && r.recovering && r.waited%k == 0 {
+		r.resend()
+	}
 	if r.recovering && r.waited >= r.cfg.RoundTicks {
 		r.out = append(r.out, Waiting{Round: r.round})
 		r.startRound()
+	}
+}
+
+// mayLeaveRound reports whether a rank in a round may answer call, the
+// call of a higher round from from: the two hear each other (it has no
+// evidence against from, and from's call says it reaches this rank). Two
+// halves of a healed partition, each stuck in a round of its own (one
+// perhaps with a proposal that can never gather a majority), meet this
+// way in the higher of the two. Leaving is safe: what the rank accepted
+// goes in its report, and the Paxos rule makes the new round's
+// coordinator propose it again. A rank behind a one-way cut, which others
+// hear but which does not hear them, pulls nobody into rounds it could
+// never finish.
+func (r *Rank) mayLeaveRound(from ID, call Report) bool {
+	return !slices.Contains(r.lost, from) && slices.Contains(call.Reach, r.self)
+}
+
+// resend sends the round's message again while the round has not
+// reached a proposal: the Report, refreshed, to the coordinator, or the
+// coordinator's call to the members that have not reported. Duplicates
+// are harmless: a coordinator counts one report per member, and a call
+// of the round a rank is in changes nothing.
+func (r *Rank) resend() {
+	rep := r.report(r.round)
+	co := r.co
+	switch {
+	case co == nil && r.acceptedRound != r.round:
+		r.send(r.round.Coord, rep)
+	case co != nil && co.p == nil:
+		for _, v := range []View{r.installed, r.accepted} {
+			for _, m := range v.Members {
+				if m != r.self && !slices.ContainsFunc(co.reports, func(o Report) bool { return o.From == m }) {
+					r.send(m, rep)
+				}
+			}
+		}
 	}
 }
 
@@ -288,10 +347,10 @@ func (r *Rank) onReport(from ID, m Report) {
 		r.join(m.Round)
 		r.co.reports = append(r.co.reports, m)
 		r.decide(false)
-	case c > 0 && m.Round.Coord == from && !r.recovering:
+	case c > 0 && m.Round.Coord == from && (!r.recovering || r.mayLeaveRound(from, m)):
 		// A call for reports. A rank already in a round stays with it
-		// until it ends: a rank that hears nobody calls for ever, and must
-		// not pull the others out of rounds that can finish.
+		// while that round may finish: a rank that hears nobody calls for
+		// ever, and must not pull the others out of rounds that can.
 		r.join(m.Round)
 	case c == 0 && r.co != nil && r.co.round == m.Round && r.co.p == nil &&
 		!slices.ContainsFunc(r.co.reports, func(o Report) bool { return o.From == from }):

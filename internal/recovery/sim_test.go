@@ -124,6 +124,7 @@ type scenario struct {
 	at       []int
 	seed     uint64 // 0: FIFO delivery after one tick; else random order, delays and duplicates
 	maxTick  int    // 0: the default bound
+	resend   bool   // ranks send their round's message again every 5 ticks (Config.ResendTicks)
 }
 
 func (sc scenario) String() string {
@@ -140,6 +141,9 @@ func (sc scenario) String() string {
 	}
 	for i, f := range sc.faults {
 		fmt.Fprintf(&b, ", %v at step %d", f, sc.at[i])
+	}
+	if sc.resend {
+		b.WriteString(", resend")
 	}
 	if sc.seed != 0 {
 		fmt.Fprintf(&b, ", seed %d", sc.seed)
@@ -291,7 +295,11 @@ func newSim(sc scenario) *sim {
 				v = View{} // pending: no view, no table
 			}
 		}
-		s.ranks = append(s.ranks, NewRank(s.ids[i], v, c, DefaultConfig))
+		cfg := DefaultConfig
+		if sc.resend {
+			cfg.ResendTicks = 5
+		}
+		s.ranks = append(s.ranks, NewRank(s.ids[i], v, c, cfg))
 		s.seen = append(s.seen, map[string]bool{viewKey(v): true})
 		s.epochMax[i] = map[uint64]Commit{}
 		s.noteCommit(i, c)
