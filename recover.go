@@ -40,8 +40,12 @@ type recoverer struct {
 	formers  map[transport.PeerID]bool   // members lost from a view, who may call from an old one
 	addrs    map[transport.PeerID]string // every member this worker knew, for dialling
 	hearing  map[transport.PeerID]bool   // receivers running
+	dialing  map[transport.PeerID]bool   // redials under way
 	outboxes map[transport.PeerID]chan recovery.Msg
 	inflight atomic.Int64 // messages posted and not yet sent or given up on
+	// silent are the members the heartbeats said were gone, for telling
+	// the rank when they are heard again. Only the recovery loop uses it.
+	silent map[transport.PeerID]bool
 }
 
 // inboxSize bounds the messages buffered while nobody recovers; rounds
@@ -58,6 +62,7 @@ const recoveryFlag = 0x40
 func newRecoverer(w *Worker) *recoverer {
 	vs := w.cur
 	rc := &recoverer{w: w, commitEpoch: vs.view.Epoch, wake: make(chan struct{}, 1), formers: map[transport.PeerID]bool{},
+		silent: map[transport.PeerID]bool{}, dialing: map[transport.PeerID]bool{},
 		addrs: map[transport.PeerID]string{}, hearing: map[transport.PeerID]bool{}, outboxes: map[transport.PeerID]chan recovery.Msg{}}
 	rc.rank = recovery.NewRank(recovery.ID(w.cfg.Name), vs.recoveryView(), recovery.Commit{Epoch: vs.view.Epoch, Iter: uint64(w.iter)},
 		recoveryConfig(w.cfg))
@@ -71,11 +76,13 @@ func recoveryTick(cfg Config) time.Duration { return max(cfg.PeerTimeout/20, 5*t
 // recoveryConfig maps the timeouts onto ticks. A coordinator waits for
 // the reports of members it still hears for up to CollectiveTimeout, as
 // a collective waits for a late member; a round gives up after that and
-// a few peer timeouts more, for its messages.
+// a few peer timeouts more, for its messages. A round's messages go again
+// every PeerTimeout, for links that come back.
 func recoveryConfig(cfg Config) recovery.Config {
 	tick := recoveryTick(cfg)
 	collect := int(cfg.CollectiveTimeout/tick) + 1
-	return recovery.Config{CollectTicks: collect, RoundTicks: collect + int(4*cfg.PeerTimeout/tick)}
+	return recovery.Config{CollectTicks: collect, RoundTicks: collect + int(4*cfg.PeerTimeout/tick),
+		ResendTicks: max(int(cfg.PeerTimeout/tick), 1)}
 }
 
 // recoveryView is vs as the recovery protocol sees it.
@@ -270,9 +277,47 @@ func (rc *recoverer) send(p transport.PeerID, m recovery.Msg) {
 	}
 }
 
+// redial dials again, in the background, every member whose link is
+// down (Connect returns at once for the others). A link whose send failed
+// is abandoned until someone dials it (transport.Transport.Send), and the
+// heartbeats do not dial: a collective aborted mid-send abandons links to
+// members that are alive, whose heartbeats then stop, and after a
+// partition heals nothing else dials the other side. This brings the
+// heartbeats back, and with them the evidence that the members are there.
+func (rc *recoverer) redial(ids []recovery.ID) {
+	w := rc.w
+	for _, id := range ids {
+		p := transport.PeerID(id)
+		if p == transport.PeerID(w.cfg.Name) {
+			continue
+		}
+		rc.mu.Lock()
+		addr, busy := rc.addrs[p], rc.dialing[p]
+		if !busy {
+			rc.dialing[p] = true
+		}
+		rc.mu.Unlock()
+		if busy {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(w.life, w.cfg.PeerTimeout)
+			err := w.t.Connect(ctx, p, addr)
+			cancel()
+			rc.mu.Lock()
+			delete(rc.dialing, p)
+			rc.mu.Unlock()
+			if err != nil {
+				w.log.Debug().Err(err).Str("peer", string(p)).Msg("recovery: a member gone does not answer a dial")
+			}
+		}()
+	}
+}
+
 // evidence steps a Lost for every member of the rank's views that the
-// heartbeats say is gone: silent past PeerTimeout, or its connection
-// broken. It returns what the steps output.
+// heartbeats say is gone (silent past PeerTimeout, or its connection
+// broken), and a Heard for every one they said was gone and now hear
+// again. It returns what the steps output.
 func (rc *recoverer) evidence() []recovery.Output {
 	w := rc.w
 	var out []recovery.Output
@@ -282,11 +327,18 @@ func (rc *recoverer) evidence() []recovery.Output {
 	for _, v := range []recovery.View{inst, acc} {
 		for _, m := range v.Members {
 			p := transport.PeerID(m)
-			if p == transport.PeerID(w.cfg.Name) {
-				continue
-			}
-			if w.silentAt(p, now) {
+			switch {
+			case p == transport.PeerID(w.cfg.Name):
+			case w.silentAt(p, now):
+				if !rc.silent[p] {
+					w.log.Debug().Str("peer", string(p)).Msg("recovery: evidence that a member is gone")
+				}
+				rc.silent[p] = true
 				out = append(out, rc.rank.Step(recovery.Lost{Peer: m})...)
+			case rc.silent[p]:
+				w.log.Debug().Str("peer", string(p)).Msg("recovery: a member gone is heard again")
+				delete(rc.silent, p)
+				out = append(out, rc.rank.Step(recovery.Heard{Peer: m})...)
 			}
 		}
 	}
@@ -336,6 +388,8 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	tick := time.NewTicker(recoveryTick(w.cfg))
 	defer tick.Stop()
 	var roundAt time.Time // when this worker entered its first round
+	redialed := time.Now()
+	rc.redial(old.recoveryView().Members)
 	for {
 		inst := rc.rank.Installed()
 		acc, _ := rc.rank.Accepted()
@@ -354,9 +408,16 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 				rc.post(m.From, in)
 				continue
 			}
+			if e := w.log.Debug(); e.Enabled() {
+				e.Str("from", string(m.From)).Str("msg", fmt.Sprintf("%T %+v", m.Msg, m.Msg)).Msg("recovery: received")
+			}
 			outs = append(outs, rc.rank.Step(m)...)
 		case <-tick.C:
 			outs = append(outs, rc.rank.Step(recovery.Tick{})...)
+			if time.Since(redialed) >= w.cfg.PeerTimeout {
+				redialed = time.Now()
+				rc.redial(append(inst.Members, acc.Members...))
+			}
 		case <-ctx.Done():
 			return Change{}, fmt.Errorf("gyre: recovery from a lost member cancelled: %w (it began with: %w)", ctx.Err(), cause)
 		case <-quorum.C:
@@ -368,6 +429,9 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 		for _, o := range outs {
 			switch o := o.(type) {
 			case recovery.Send:
+				if e := w.log.Debug(); e.Enabled() {
+					e.Str("to", string(o.To)).Str("msg", fmt.Sprintf("%T %+v", o.Msg, o.Msg)).Msg("recovery: sending")
+				}
 				rc.post(o.To, o.Msg)
 				if _, ok := o.Msg.(recovery.Propose); ok && w.failAt.name == FailPropose {
 					rc.drain(time.Second) // the proposal is out before the failpoint kills
@@ -582,6 +646,42 @@ func (w *Worker) forgetPeers(peers []transport.PeerID) {
 	}
 }
 
+// regossip joins gossip again, every regossipEvery until stopped,
+// through the seeds and the gossip addresses gossip remembers for the
+// members of the view this worker left: after a partition, each side's
+// gossip holds the other dead and never probes it again.
+func (w *Worker) regossip(ctx context.Context, members []transport.PeerID) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			addrs := slices.Clone(w.cfg.Seeds)
+			for _, m := range w.node.All() {
+				if slices.Contains(members, transport.PeerID(m.Name)) && !slices.Contains(addrs, m.Addr) {
+					addrs = append(addrs, m.Addr)
+				}
+			}
+			if len(addrs) > 0 {
+				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
+				if err := w.node.Join(jctx, addrs); err != nil {
+					w.log.Debug().Err(err).Strs("addrs", addrs).Msg("joining gossip again")
+				}
+				jcancel()
+			}
+			select {
+			case <-time.After(regossipEvery):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// regossipEvery is how often a rejoining worker joins gossip again.
+const regossipEvery = 2 * time.Second
+
 // lostPeer reports whether err is the loss of a peer: one a recovery, or
 // a joiner's return to pending, can get over.
 func lostPeer(err error) bool {
@@ -630,7 +730,11 @@ func (w *Worker) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	fail := func(err error) (Change, error) {
 		return Change{}, fmt.Errorf("gyre: rejoining the job after it recovered without this worker: %w (it was left out after: %w)", err, cause)
 	}
+	// Gossip may have declared the members dead while this worker was
+	// cut off, and they it; memberlist never looks again by itself.
+	stopGossip := w.regossip(jctx, old)
 	wel, err := w.awaitWelcome(jctx)
+	stopGossip()
 	if err != nil {
 		return fail(err)
 	}

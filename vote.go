@@ -315,6 +315,17 @@ func (w *Worker) settle(ctx context.Context, vs *viewState, verdict error) error
 	return verdict
 }
 
+// peerGoneIn reports whether a record of the table says that its
+// worker's collective lost a peer.
+func peerGoneIn(recs []record) bool {
+	for _, rec := range recs {
+		if rec.status == statusPeerGone {
+			return true
+		}
+	}
+	return false
+}
+
 // failures lists the ranks whose record reports a failed collective, as an
 // *IterationError, or nil if none did.
 func failures(recs []record, iter int64, local error) error {

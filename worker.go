@@ -848,6 +848,13 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		return w.recoverOr(ctx, err)
 	}
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
+		if w.rec != nil && peerGoneIn(recs) {
+			// The vote got through, but a collective of the iteration
+			// lost a peer: one is going, or the links broke. Every member
+			// judged the same table, so all recover together, and a view
+			// with every member still there is a view like any other.
+			return w.recoverView(ctx, err)
+		}
 		return Change{}, err
 	}
 	d, err := decideView(w.iter, vs.members, recs, known, w.batchFit())
