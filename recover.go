@@ -426,6 +426,10 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 		if roundAt.IsZero() && rc.rank.Recovering() {
 			roundAt = time.Now()
 		}
+		// Every message goes out first: a step can install one view and
+		// accept the proposal of the next in one go (a view it had only
+		// accepted is learned), and that Accept must not be lost.
+		var installed *recovery.Installed
 		for _, o := range outs {
 			switch o := o.(type) {
 			case recovery.Send:
@@ -444,35 +448,46 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 				}
 				w.log.Debug().Stringer("round", o.Round).Msg("a recovery round ended without a view; trying the next")
 			case recovery.Installed:
-				agreed, heard := time.Now(), w.lastHeardOf(o.Lost)
-				if heard.IsZero() || heard.After(start) {
-					heard = start // no heartbeat before the failure: count from it
-				}
-				if roundAt.IsZero() {
-					roundAt = agreed // installed from a round others ran
-				}
-				ch, err := w.installRecovered(ctx, old, o)
-				if errors.Is(err, ErrDiverged) || errors.Is(err, ErrClosed) {
-					return Change{}, err
-				}
-				if err != nil {
-					w.log.Warn().Err(err).Uint64("epoch", o.View.Epoch).Msg("could not start the recovered view; recovering again")
-					if _, rerr := w.state.restore(); rerr != nil {
-						return Change{}, errors.Join(err, rerr)
-					}
-					rc.rank.Committed(own)
-					quorum.Reset(w.cfg.QuorumTimeout)
-					continue
-				}
-				w.log.Warn().Strs("lost", ch.Lost).Uint64("old_epoch", old.view.Epoch).Strs("old_members", old.view.Members).
-					Uint64("epoch", o.View.Epoch).Strs("members", ch.View.Members).Int64("iter", w.iter).
-					Str("state_from", string(o.Winner.Holder)).
-					Dur("detect", roundAt.Sub(heard)).Dur("agree", agreed.Sub(roundAt)).Dur("transfer", time.Since(agreed)).
-					Dur("total", time.Since(heard)).
-					Msg("recovered: the job goes on without the lost members")
-				return ch, nil
+				installed = &o
 			}
 		}
+		// A view installed while the rank is already in a round for the
+		// next one is only a step on the way: start the view that round
+		// installs.
+		if installed == nil || rc.rank.Recovering() {
+			continue
+		}
+		o := *installed
+		agreed, heard := time.Now(), w.lastHeardOf(o.Lost)
+		if heard.IsZero() || heard.After(start) {
+			heard = start // no heartbeat before the failure: count from it
+		}
+		if roundAt.IsZero() {
+			roundAt = agreed // installed from a round others ran
+		}
+		ch, err := w.installRecovered(ctx, old, o)
+		if errors.Is(err, ErrDiverged) || errors.Is(err, ErrClosed) {
+			return Change{}, err
+		}
+		if err != nil {
+			w.log.Warn().Err(err).Uint64("epoch", o.View.Epoch).Msg("could not start the recovered view; recovering again")
+			iter, rerr := w.state.restore()
+			if rerr != nil {
+				return Change{}, errors.Join(err, rerr)
+			}
+			// The broadcast may have set the winner's iteration already.
+			w.iter, w.started, w.compute = iter, time.Time{}, 0
+			rc.rank.Committed(own)
+			quorum.Reset(w.cfg.QuorumTimeout)
+			continue
+		}
+		w.log.Warn().Strs("lost", ch.Lost).Uint64("old_epoch", old.view.Epoch).Strs("old_members", old.view.Members).
+			Uint64("epoch", o.View.Epoch).Strs("members", ch.View.Members).Int64("iter", w.iter).
+			Str("state_from", string(o.Winner.Holder)).
+			Dur("detect", roundAt.Sub(heard)).Dur("agree", agreed.Sub(roundAt)).Dur("transfer", time.Since(agreed)).
+			Dur("total", time.Since(heard)).
+			Msg("recovered: the job goes on without the lost members")
+		return ch, nil
 	}
 }
 
