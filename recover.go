@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -404,7 +405,10 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 			if in, ok := m.Msg.(recovery.Install); ok && recovery.Excluded(rc.rank.Self(), inst, in) {
 				return w.rejoin(ctx, in, cause)
 			}
-			if in, ok := rc.rank.Stale(m.Msg); ok {
+			// A member of the installed view that missed its install is
+			// the rank's to count in its round (onReport); only a rank
+			// outside the view gets the bare answer.
+			if in, ok := rc.rank.Stale(m.Msg); ok && !inst.Has(m.From) {
 				rc.post(m.From, in)
 				continue
 			}
@@ -420,6 +424,8 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 			}
 		case <-ctx.Done():
 			return Change{}, fmt.Errorf("gyre: recovery from a lost member cancelled: %w (it began with: %w)", ctx.Err(), cause)
+		case <-w.life.Done():
+			return Change{}, ErrClosed
 		case <-quorum.C:
 			return Change{}, w.noQuorum(inst, cause)
 		}
@@ -507,21 +513,24 @@ func (w *Worker) lastHeardOf(lost []recovery.ID) time.Time {
 
 // noQuorum is the error of a recovery that found no majority.
 func (w *Worker) noQuorum(v recovery.View, cause error) error {
-	var reach []string
+	var reach, gone []string
 	now := time.Now()
-	for _, m := range v.Members {
+	voters := v.Voters()
+	for _, m := range voters {
 		p := transport.PeerID(m)
-		if p == transport.PeerID(w.cfg.Name) {
-			reach = append(reach, string(m)+" (this worker)")
-			continue
-		}
-		if !w.silentAt(p, now) {
-			reach = append(reach, string(m))
+		switch {
+		case p == transport.PeerID(w.cfg.Name):
+			reach = append(reach, fmt.Sprintf("rank %d %s (this worker)", v.Rank(m), m))
+		case w.silentAt(p, now):
+			gone = append(gone, fmt.Sprintf("rank %d %s", v.Rank(m), m))
+		default:
+			reach = append(reach, fmt.Sprintf("rank %d %s", v.Rank(m), m))
 		}
 	}
-	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%v), and needs more than half; "+
-		"it waited QuorumTimeout %v (--quorum-timeout) after: %w",
-		ErrNoQuorum, len(reach), len(v.Voters()), v.Epoch, reach, w.cfg.QuorumTimeout, cause)
+	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
+		"it does not hear %s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
+		ErrNoQuorum, len(reach), len(voters), v.Epoch, strings.Join(reach, ", "), len(voters)/2+1,
+		strings.Join(gone, ", "), w.cfg.QuorumTimeout, cause)
 }
 
 // installRecovered starts the view a recovery installed: it builds its
@@ -739,6 +748,11 @@ func (w *Worker) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	// The member side of admission restarts with the new view.
 	w.adm.close()
 	w.adm = nil
+	// Close ends the wait too, as it ends every other call.
+	ctx, stopLife := context.WithCancel(ctx)
+	defer stopLife()
+	stopOnClose := context.AfterFunc(w.life, stopLife)
+	defer stopOnClose()
 	jctx, cancel := context.WithTimeoutCause(ctx, w.cfg.JoinTimeout,
 		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, w.cfg.JoinTimeout, context.DeadlineExceeded))
 	defer cancel()

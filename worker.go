@@ -1214,7 +1214,9 @@ func connectPeer(ctx context.Context, t transport.Transport, peer transport.Peer
 		select {
 		case <-time.After(connectRetry):
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
+			// Both wrapped: a member that never answered is a lost peer
+			// to a view change, which recovers from it.
+			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		}
 	}
 }

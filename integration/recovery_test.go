@@ -221,7 +221,7 @@ func TestTwoWorkersCannotSurviveACrash(t *testing.T) {
 	defer cancel()
 	res := p.WaitRank(ctx, 0)
 	took := time.Since(killed)
-	if res.Code != gyreapi.ExitNoQuorum || !strings.Contains(res.Stderr, "no quorum") || !strings.Contains(res.Stderr, "needs more than half") {
+	if res.Code != gyreapi.ExitNoQuorum || !strings.Contains(res.Stderr, "no quorum") || !strings.Contains(res.Stderr, "of the 2 voters of the view") || !strings.Contains(res.Stderr, "and needs 2; it does not hear rank 1") {
 		t.Fatalf("the survivor exited %d after %v; want %d, no quorum:\n%s", res.Code, took, gyreapi.ExitNoQuorum, res.Stderr)
 	}
 	if took < 3*time.Second || took > 10*time.Second {
