@@ -223,3 +223,41 @@ func TestDivergedIsTerminal(t *testing.T) {
 		t.Fatal("no round")
 	}
 }
+
+// TestCoordinatorDecidesOnEvidence: a coordinator holding a majority's
+// reports proposes as soon as evidence says the members it still waited
+// for are gone, not after CollectTicks (the collective timeout in the
+// runtime). A real job waited its whole quorum timeout this way when the
+// evidence of a dead member came after the survivors' reports.
+func TestCoordinatorDecidesOnEvidence(t *testing.T) {
+	v := View{Epoch: 1, Members: ids("a", "b", "c", "d", "e")}
+	cfg := Config{CollectTicks: 1 << 20, RoundTicks: 1<<20 + 100}
+	a := NewRank("a", v, Commit{Epoch: 1, Iter: 7, Digest: 70}, cfg)
+	a.Step(Lost{Peer: "e"}) // round 1, coordinated by a
+	rd := Round{N: 1, Coord: "a"}
+	proposed := func(outs []Output) bool {
+		return slices.ContainsFunc(outs, func(o Output) bool {
+			s, ok := o.(Send)
+			if !ok {
+				return false
+			}
+			_, ok = s.Msg.(Propose)
+			return ok
+		})
+	}
+	for _, from := range []string{"b", "c"} {
+		rep := Report{Round: rd, From: ID(from), Reach: ids("a", "b", "c"), Installed: v, Accepted: v,
+			Commit: Commit{Epoch: 1, Iter: 7, Digest: 70}}
+		if outs := a.Step(Recv{From: ID(from), Msg: rep}); proposed(outs) {
+			t.Fatalf("proposed while d, heard and not reported, might still report: %+v", outs)
+		}
+	}
+	for range 10 {
+		if outs := a.Step(Tick{}); proposed(outs) {
+			t.Fatal("proposed on a tick, before CollectTicks, with d unreported")
+		}
+	}
+	if outs := a.Step(Lost{Peer: "d"}); !proposed(outs) {
+		t.Fatalf("evidence against d, the last member awaited, made no proposal: %+v", outs)
+	}
+}

@@ -172,6 +172,7 @@ func (r *Rank) Step(in Input) []Output {
 		if slices.Contains(r.lost, in.Peer) {
 			r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.Peer })
 			r.lostGen++
+			r.decide(false) // now it waits for the peer's report
 		}
 	case Recv:
 		// A message is a sign of life: the evidence it contradicts goes.
@@ -208,7 +209,13 @@ func (r *Rank) onLost(p ID) {
 	r.lostGen++
 	if !r.recovering || p == r.round.Coord {
 		r.startRound()
+		return
 	}
+	// A coordinator waits for the reports of the members it hears: the
+	// last it waited for may be this one. Without this it waited for
+	// CollectTicks (CollectiveTimeout in the runtime, minutes) with a
+	// majority's reports in hand.
+	r.decide(false)
 }
 
 // startRound starts round MaxRound+1 with the coordinator that Coordinator
