@@ -36,12 +36,15 @@ type recoverer struct {
 	mu sync.Mutex
 	// inbox holds the messages received and not yet stepped; wake has a
 	// token while it is not empty.
-	inbox    []recovery.Recv
-	wake     chan struct{}
-	formers  map[transport.PeerID]bool   // members lost from a view, who may call from an old one
-	addrs    map[transport.PeerID]string // every member this worker knew, for dialling
-	hearing  map[transport.PeerID]bool   // receivers running
-	dialing  map[transport.PeerID]bool   // redials under way
+	inbox   []recovery.Recv
+	wake    chan struct{}
+	formers map[transport.PeerID]bool   // members lost from a view, who may call from an old one
+	addrs   map[transport.PeerID]string // every member this worker knew, for dialling
+	hearing map[transport.PeerID]bool   // receivers running
+	// relisten is when a receiver that failed may start again: a stream
+	// that fails at once must not spin.
+	relisten map[transport.PeerID]time.Time
+	dialing  map[transport.PeerID]bool // redials under way
 	outboxes map[transport.PeerID]chan recovery.Msg
 	inflight atomic.Int64 // messages posted and not yet sent or given up on
 	// silent are the members the heartbeats said were gone, for telling
@@ -64,7 +67,7 @@ func newRecoverer(w *Worker) *recoverer {
 	vs := w.cur
 	rc := &recoverer{w: w, commitEpoch: vs.view.Epoch, wake: make(chan struct{}, 1), formers: map[transport.PeerID]bool{},
 		silent: map[transport.PeerID]bool{}, dialing: map[transport.PeerID]bool{},
-		addrs: map[transport.PeerID]string{}, hearing: map[transport.PeerID]bool{}, outboxes: map[transport.PeerID]chan recovery.Msg{}}
+		addrs: map[transport.PeerID]string{}, hearing: map[transport.PeerID]bool{}, relisten: map[transport.PeerID]time.Time{}, outboxes: map[transport.PeerID]chan recovery.Msg{}}
 	rc.rank = recovery.NewRank(recovery.ID(w.cfg.Name), vs.recoveryView(), recovery.Commit{Epoch: vs.view.Epoch, Iter: uint64(w.iter)},
 		recoveryConfig(w.cfg))
 	rc.know(vs.members)

@@ -247,7 +247,7 @@ func (w *Worker) lost(vs *viewState, iter int64, err error) error {
 	if errors.Is(err, ring.ErrClosed) {
 		return ErrClosed
 	}
-	if errors.Is(err, transport.ErrPeerGone) {
+	if lostPeer(err) { // ErrNotConnected: a failed send abandoned the link
 		if r, p, ok := w.blame(vs, err); ok {
 			return w.peerLostError(iter, r, p, err)
 		}

@@ -59,21 +59,13 @@ func Decode(b []byte) (Msg, error) {
 	)
 	switch e.Kind {
 	case "report":
-		var r Report
-		err = json.Unmarshal(e.Msg, &r)
-		m = r
+		m, err = decodeAs[Report](e.Msg)
 	case "propose":
-		var p Propose
-		err = json.Unmarshal(e.Msg, &p)
-		m = p
+		m, err = decodeAs[Propose](e.Msg)
 	case "accept":
-		var a Accept
-		err = json.Unmarshal(e.Msg, &a)
-		m = a
+		m, err = decodeAs[Accept](e.Msg)
 	case "install":
-		var in Install
-		err = json.Unmarshal(e.Msg, &in)
-		m = in
+		m, err = decodeAs[Install](e.Msg)
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %q", ErrBadMessage, e.Kind)
 	}
@@ -81,4 +73,11 @@ func Decode(b []byte) (Msg, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadMessage, e.Kind, err)
 	}
 	return m, nil
+}
+
+// decodeAs unmarshals b as one message type.
+func decodeAs[M Msg](b []byte) (Msg, error) {
+	var m M
+	err := json.Unmarshal(b, &m)
+	return m, err
 }
