@@ -83,7 +83,7 @@ func startNSJob(t *testing.T, n int, iters int) *nsJob {
 	seed := j.addr(t, 1) + ":7946"
 	for i := 1; i <= n; i++ {
 		a := j.addr(t, i)
-		args := []string{"run", strconv.Itoa(i), gyre, "--log-level", nsLogLevel(), "train", "--listen", a + ":7946",
+		args := []string{"run", strconv.Itoa(i), gyre, "--log-level", workerLogLevel(), "train", "--listen", a + ":7946",
 			"--data-addr", a + ":7947", "--key-file", key, "--gossip-timing", "local", "--iters", strconv.Itoa(iters),
 			"--eval-every", "100", "--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "20s",
 			"--join-timeout", "40s", "--log-positions", "--transport", nsTransport()}
@@ -217,9 +217,9 @@ func TestClusterRecovery(t *testing.T) {
 	})
 }
 
-// nsLogLevel is the workers' log level: GYRE_TEST_LOG_LEVEL, to see a
+// workerLogLevel is the workers' log level: GYRE_TEST_LOG_LEVEL, to see a
 // scenario's recovery messages, or warn.
-func nsLogLevel() string {
+func workerLogLevel() string {
 	if l := os.Getenv("GYRE_TEST_LOG_LEVEL"); l != "" {
 		return l
 	}

@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,27 +24,39 @@ import (
 
 // TestSurviveKillProcs: kill -9 of one of 4 gossip training processes
 // mid-run. The 3 survivors recover without it, finish every iteration,
-// exit 0 and end with one state digest. Over QUIC in the normal run, and
-// over TCP too with GYRE_LONG_TESTS.
+// exit 0 and end with one state digest, with the parameters of a single
+// worker's run of the same iterations. Over QUIC in the normal run; with
+// GYRE_LONG_TESTS, over TCP too, and over QUIC with a gradient of 16 MiB
+// (2.1 million parameters; a small batch keeps the compute short).
 func TestSurviveKillProcs(t *testing.T) {
-	transports := []string{"quic"}
+	type job struct {
+		name, transport string
+		iters           int
+		extra           []string
+	}
+	jobs := []job{{name: "quic", transport: "quic", iters: 1500, extra: []string{"--eval-every", "500"}}}
 	if os.Getenv("GYRE_LONG_TESTS") == "1" {
-		transports = append(transports, "tcp")
+		jobs = append(jobs, job{name: "tcp", transport: "tcp", iters: 1500, extra: []string{"--eval-every", "500"}},
+			job{name: "quic-16MiB", transport: "quic", iters: 40,
+				extra: []string{"--eval-every", "40", "--hidden", "49152", "--batch", "16", "--lr", "0.003"}})
 	}
 	gyre := gyretest.Gyre(t)
-	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) {
-			const iters, victim = "1500", 2
-			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Transport: tr, Gossip: true,
-				Argv: func(int) []string {
-					return []string{gyre, "--log-level", "warn", "train", "--iters", iters, "--eval-every", "500",
-						"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions"}
-				}})
-			waitForRow(t, p, 0, 20*time.Second)
+	for _, jb := range jobs {
+		t.Run(jb.name, func(t *testing.T) {
+			const victim = 2
+			iters := strconv.Itoa(jb.iters)
+			dir := t.TempDir()
+			args := func(r int) []string {
+				return append([]string{gyre, "--log-level", workerLogLevel(), "train", "--iters", iters,
+					"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions",
+					"--save-params", paramsFile(dir, r)}, jb.extra...)
+			}
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Transport: jb.transport, Gossip: true, Argv: args})
+			waitForCommit(t, p, 0, int64(jb.iters/4), time.Minute)
 			p.Kill(t, victim)
 			killed := time.Now()
 			digests := map[string][]int{}
-			for _, res := range waitAll(t, p, 2*time.Minute) {
+			for _, res := range waitAll(t, p, 3*time.Minute) {
 				if res.Rank == victim {
 					continue
 				}
@@ -58,10 +74,60 @@ func TestSurviveKillProcs(t *testing.T) {
 			if len(digests) != 1 {
 				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
 			}
-			n, _ := strconv.Atoi(iters)
-			checkPositions(t, p, []int{victim}, n)
+			checkPositions(t, p, []int{victim}, jb.iters)
+			matchSingleWorker(t, dir, args, 0, 1, 3)
 		})
 	}
+}
+
+// paramsFile is where rank r's --save-params goes; rank -1 is the
+// single-worker reference run's.
+func paramsFile(dir string, r int) string { return filepath.Join(dir, fmt.Sprintf("params-%d.bin", r)) }
+
+// matchSingleWorker runs argv(-1) as one worker alone, and checks that
+// the final parameters of each of ranks are within 1e-12 (relative to
+// the largest parameter) of that run's: the same iterations, each
+// applied once, in the same order, whatever the number of workers and
+// their shares, which change only the order of the sums.
+func matchSingleWorker(t *testing.T, dir string, argv func(int) []string, ranks ...int) {
+	t.Helper()
+	a := argv(-1)
+	ref := exec.Command(a[0], a[1:]...)
+	ref.Env = withoutGyreVars()
+	if out, err := ref.CombinedOutput(); err != nil {
+		t.Fatalf("the single-worker reference run: %v\n%s", err, out)
+	}
+	want := readParams(t, paramsFile(dir, -1))
+	for _, r := range ranks {
+		got := readParams(t, paramsFile(dir, r))
+		if len(got) != len(want) {
+			t.Errorf("rank %d saved %d parameters, the reference %d", r, len(got), len(want))
+			continue
+		}
+		var diff, scale float64
+		for i := range got {
+			diff, scale = max(diff, math.Abs(got[i]-want[i])), max(scale, math.Abs(want[i]))
+		}
+		if rel := diff / scale; !(rel <= 1e-12) {
+			t.Errorf("rank %d's final parameters differ from the single worker's by %.3g relative", r, rel)
+		} else {
+			t.Logf("rank %d's final parameters are within %.3g relative of the single worker's", r, rel)
+		}
+	}
+}
+
+// readParams reads a --save-params file.
+func readParams(t *testing.T, path string) []float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]float64, len(b)/8)
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, ps); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return ps
 }
 
 // committedLine is gyre train --log-positions's line at each commit.
@@ -132,6 +198,20 @@ func waitForRow(t *testing.T, p *gyretest.Procs, r int, limit time.Duration) {
 		}
 	}
 	t.Fatalf("process %d printed no progress row within %v:\n%s\n%s", r, limit, p.Stdout(r), p.Stderr(r))
+}
+
+// waitForCommit waits until process r has committed iteration iter
+// (its --log-positions lines), or fails the test after limit.
+func waitForCommit(t *testing.T, p *gyretest.Procs, r int, iter int64, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, m := range committedLine.FindAllStringSubmatch(p.Stdout(r), -1) {
+			if k, _ := strconv.ParseInt(m[1], 10, 64); k >= iter {
+				return
+			}
+		}
+	}
+	t.Fatalf("process %d did not commit iteration %d within %v:\n%s\n%s", r, iter, limit, p.Stdout(r), p.Stderr(r))
 }
 
 // TestLaunchSurvivesAKill: `gyre launch -n 4 -- train` with one child
@@ -238,16 +318,24 @@ func lastLine(s string) string {
 // TestStoppedWorkerRejoinsProcs: SIGSTOP of one of 4 gossip training
 // processes for longer than --peer-timeout, then SIGCONT. The others go
 // on as 3; the resumed worker learns it was left out, rejoins as a new
-// member, and all 4 finish with one state digest.
+// member, and all 4 finish with one state digest, the parameters of a
+// single worker's run. Over QUIC and TCP.
 func TestStoppedWorkerRejoinsProcs(t *testing.T) {
 	longOnly(t)
+	for _, tr := range []string{"quic", "tcp"} {
+		t.Run(tr, func(t *testing.T) { testStoppedWorkerRejoins(t, tr) })
+	}
+}
+
+func testStoppedWorkerRejoins(t *testing.T, tr string) {
 	gyre := gyretest.Gyre(t)
 	const iters, victim = "3000", 2
-	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true,
-		Argv: func(int) []string {
-			return []string{gyre, "--log-level", "warn", "train", "--iters", iters, "--eval-every", "1000",
-				"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s"}
-		}})
+	dir := t.TempDir()
+	args := func(r int) []string {
+		return []string{gyre, "--log-level", workerLogLevel(), "train", "--iters", iters, "--eval-every", "1000",
+			"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--save-params", paramsFile(dir, r)}
+	}
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Gossip: true, Transport: tr, Argv: args})
 	waitForRow(t, p, 0, 20*time.Second)
 	p.Stop(t, victim)
 	time.Sleep(3 * time.Second)
@@ -267,6 +355,7 @@ func TestStoppedWorkerRejoinsProcs(t *testing.T) {
 	if !strings.Contains(p.Stderr(victim), "rejoining as a new member") {
 		t.Errorf("the resumed worker did not say it rejoined:\n%s", p.Stderr(victim))
 	}
+	matchSingleWorker(t, dir, args, 0, 1, 2, 3)
 }
 
 // TestFailpointsProcs: gossip jobs of real gyre train processes in which
@@ -303,11 +392,13 @@ func testFailpointsProcs(t *testing.T, tr string) {
 		t.Run(tc.name, func(t *testing.T) {
 			const iters = 1200
 			fps := tc.failpoints
-			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: tc.n, Gossip: true, Transport: tr,
-				Argv: func(int) []string {
-					return []string{gyre, "--log-level", "warn", "train", "--iters", strconv.Itoa(iters), "--eval-every", "100",
-						"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions"}
-				},
+			dir := t.TempDir()
+			args := func(r int) []string {
+				return []string{gyre, "--log-level", workerLogLevel(), "train", "--iters", strconv.Itoa(iters), "--eval-every", "100",
+					"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions",
+					"--save-params", paramsFile(dir, r)}
+			}
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: tc.n, Gossip: true, Transport: tr, Argv: args,
 				Env: func(r int) []string {
 					switch {
 					case r == tc.n && tc.joiner != "-":
@@ -326,6 +417,7 @@ func testFailpointsProcs(t *testing.T, tr string) {
 				time.Sleep(2 * time.Second) // recovered before the next
 			}
 			digests := map[string][]int{}
+			var survivors []int
 			for _, res := range waitAll(t, p, 3*time.Minute) {
 				if slices.Contains(tc.dead, res.Rank) {
 					if res.Code != -1 {
@@ -339,11 +431,13 @@ func testFailpointsProcs(t *testing.T, tr string) {
 					continue
 				}
 				digests[m[2]] = append(digests[m[2]], res.Rank)
+				survivors = append(survivors, res.Rank)
 			}
 			if len(digests) != 1 {
 				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
 			}
 			checkPositions(t, p, tc.dead, iters)
+			matchSingleWorker(t, dir, args, survivors...)
 		})
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,8 @@ type trainFlags struct {
 	timeout     time.Duration
 	metricsFile string
 	positions   bool
+	paramsFile  string
+	lr          float64
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
@@ -73,10 +77,12 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Int64Var(&fl.evalEvery, "eval-every", 50, "measure test accuracy and report every this many iterations")
 	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
 	f.IntVar(&fl.hidden, "hidden", mlp.DefaultSizes()[1], "width of the hidden layer (every worker must use the same)")
+	f.Float64Var(&fl.lr, "lr", mlp.DefaultLR, "SGD learning rate (momentum 0.9); lower it for wide --hidden layers")
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
 	f.StringVar(&fl.metricsFile, "metrics-file", "", "write a JSON line per iteration to this file: iter, loss (global mean, exact), shares, rank, seconds, samples_per_sec")
+	f.StringVar(&fl.paramsFile, "save-params", "", "write the final parameters to this file: each layer's weights then biases, as little-endian float64s")
 	f.BoolVar(&fl.positions, "log-positions", false, "print, at each commit, the iteration, its view's epoch and the sample positions this worker covered (# committed ... lines)")
 	cfg.GlobalBatch = mlp.DefaultBatch
 	cfg.BindPFlags(f)
@@ -116,6 +122,9 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if fl.iters <= 0 || fl.evalEvery <= 0 {
 		return fmt.Errorf("--iters and --eval-every must be positive")
 	}
+	if !(fl.lr > 0) {
+		return fmt.Errorf("--lr %v: want a positive learning rate", fl.lr)
+	}
 	if fl.targetAcc < 0 || fl.targetAcc > 1 {
 		return fmt.Errorf("--target-acc %v: want a fraction in [0, 1]", fl.targetAcc)
 	}
@@ -125,6 +134,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
+	job.Opt = mlp.NewSGD(job.Model.Params(), fl.lr, mlp.DefaultMomentum)
 	// log is for the command's own lines; once joined, they say which
 	// worker, as the runtime's do.
 	log := c.log
@@ -194,6 +204,11 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		return nil
 	}
 	fmt.Fprintf(out, "# rank %d final state digest %016x at iteration %d\n", w.Rank(), digest, w.Iter())
+	if fl.paramsFile != "" {
+		if err := saveParams(fl.paramsFile, job.Model.Params()); err != nil {
+			return fmt.Errorf("--save-params: %w", err)
+		}
+	}
 	if w.Rank() == 0 {
 		verdict := "stopped at the iteration limit"
 		if fl.targetAcc > 0 && res.Acc >= fl.targetAcc {
@@ -257,4 +272,16 @@ func shareList(shares []int) string {
 		s[i] = fmt.Sprint(v)
 	}
 	return strings.Join(s, ",")
+}
+
+// saveParams writes params to path as little-endian float64s, one slice
+// after another: what a reader needs to compare two runs' models.
+func saveParams(path string, params [][]float64) error {
+	var b bytes.Buffer
+	for _, p := range params {
+		if err := binary.Write(&b, binary.LittleEndian, p); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
