@@ -198,10 +198,17 @@ func isKeyMismatch(err error) bool {
 }
 
 // gossipMembers reads gossip: the workers of this job it lists live, the
-// pending ones not in vs, and those in some view but not in vs.
+// pending ones not in vs, and those in some view but not in vs. Of the
+// latter it keeps those at the newest epoch gossip lists: a member left
+// at an older one died, or a recovery is dropping it, and gossip lists
+// it until it declares it dead, seconds later. A joiner that waited to
+// reach it stayed pending that long (a job with a few seconds left
+// finished without it).
 func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, pending, inView []member) {
 	live = make(map[transport.PeerID]bool)
 	self := transport.PeerID(w.cfg.Name)
+	var viewed []gossipWorker
+	newest := uint64(0)
 	for _, m := range jobWorkers(w.node.Members(), w.cfg.Job) {
 		live[m.ID] = true
 		switch {
@@ -209,6 +216,12 @@ func (w *Worker) gossipMembers(vs *viewState) (live map[transport.PeerID]bool, p
 		case m.epoch == 0:
 			pending = append(pending, m.member)
 		default:
+			viewed = append(viewed, m)
+			newest = max(newest, m.epoch)
+		}
+	}
+	for _, m := range viewed {
+		if m.epoch == newest {
 			inView = append(inView, m.member)
 		}
 	}
@@ -604,6 +617,13 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 		if time.Since(noted) >= handshakeNote {
 			noted = time.Now()
 			hs.note(time.Since(since), w.protocolMismatch())
+			if e := w.log.Debug(); e.Enabled() {
+				var seen []string
+				for _, m := range jobWorkers(w.node.Members(), w.cfg.Job) {
+					seen = append(seen, fmt.Sprintf("%s@%d", m.ID, m.epoch))
+				}
+				e.Strs("workers", seen).Msg("pending: the job's workers in gossip, with their epochs (0: pending)")
+			}
 		}
 		for _, m := range inView {
 			if listening[m.ID] == nil {
