@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -59,11 +60,16 @@ func Issue(tb testing.TB, ca *secret.CA, name string) *secret.Identity {
 }
 
 // Logger returns the logger a test node gets by default: info and above
-// written to the test's log, or nothing at all for a benchmark, where the
-// log would bury the results.
+// (or GYRE_TEST_LOG_LEVEL's level, such as debug) written to the test's
+// log, or nothing at all for a benchmark, where the log would bury the
+// results.
 func Logger(tb testing.TB) zerolog.Logger {
 	if t, ok := tb.(*testing.T); ok {
-		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+		level := zerolog.InfoLevel
+		if l, err := zerolog.ParseLevel(os.Getenv("GYRE_TEST_LOG_LEVEL")); err == nil && l != zerolog.NoLevel {
+			level = l
+		}
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(level)
 	}
 	return zerolog.Nop()
 }
