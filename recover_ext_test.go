@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,27 +13,130 @@ import (
 	"github.com/gyre-ml/gyre/gyretest"
 )
 
-// recoveryRun is what one worker saw in a job that lost a member.
-type recoveryRun struct {
-	killed bool     // this worker was the one killed
-	redos  int      // boundaries that returned Redo
-	lost   []string // the workers those named lost
-	epoch  uint64
-	iter   int64 // the iteration it ended at
+// lossJob is a gossip job of n workers (and perhaps a joiner) training
+// the toy with the documented loop through faults: a failed Wait is
+// logged, not fatal, and Boundary recovers.
+type lossJob struct {
+	n         int
+	iters     int64
+	transport string // gyretest.Mem if ""
+	// killAt: worker i is killed (gyretest's Kill) at the start of
+	// iteration killAt[i], once the others are past the boundary it
+	// voted in.
+	killAt map[int]int64
+	// failpoints: worker i's Config.Failpoint; index n is the joiner's.
+	// A worker that reaches its failpoint is killed there.
+	failpoints map[int]string
+	// freezeAt: worker i stops (gyretest's Freeze) for a second at the
+	// start of iteration freezeAt[i], as SIGSTOP stops a process.
+	freezeAt map[int]int64
+	// joiner: one more worker joins through worker 0 while the job runs.
+	joiner bool
+	// pace is a sleep per iteration, so that the job outlasts a freeze
+	// or a rejoin.
+	pace time.Duration
 }
 
-// trainThroughLoss trains the toy to iters with the documented loop: a
-// failed Wait is logged, not fatal, and Boundary recovers. The worker
-// whose index is victim is killed at the start of iteration killAt.
-func trainThroughLoss(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, m *toy, iters, killAt int64, victim int) (recoveryRun, error) {
-	var run recoveryRun
-	w := c.Workers[i]
-	for w.Iter() < iters {
-		if i == victim && w.Iter() == killAt {
-			c.Kill(t, i)
-			run.killed = true
-			return run, nil
+// recoveryRun is what one worker saw.
+type recoveryRun struct {
+	id       string   // the worker's ID
+	died     bool     // killed, from outside or at its failpoint
+	redos    int      // boundaries that returned Redo
+	lost     []string // the workers those named lost
+	admitted []string // the workers boundaries admitted
+	iter     int64    // the iteration it ended at
+	err      error
+}
+
+const lossGlobal = 24
+
+// run trains the job and checks that every worker that did not die ends
+// at the last iteration where one process training on the same global
+// batches ends. It returns what each worker saw; the joiner's is last.
+func (j lossJob) run(t *testing.T) []recoveryRun {
+	t.Helper()
+	n := j.n
+	if j.joiner {
+		n++
+	}
+	models := make([]*toy, n)
+	runs := make([]recoveryRun, n)
+	var c *gyretest.Cluster
+	c = gyretest.MakeCluster(t, gyretest.Options{N: j.n, Gossip: true, Transport: j.transport,
+		Config: func(r int, cfg *gyre.Config) {
+			cfg.GlobalBatch, cfg.PeerTimeout, cfg.QuorumTimeout = lossGlobal, 300*time.Millisecond, 20*time.Second
+			cfg.Failpoint = j.failpoints[r]
+		},
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			return models[r].state()
+		},
+		Options: func(r int) []gyre.Option {
+			return []gyre.Option{gyre.WithFailAction(func() {
+				runs[r].died = true
+				c.Kill(t, r)
+				runtime.Goexit()
+			})}
+		}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	if j.joiner {
+		joiner := c.AddJoiner(t)
+		runs[j.n].id = string(c.IDs[j.n])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := joiner.Wait(c)
+			switch {
+			case runs[j.n].died:
+			case err != nil:
+				runs[j.n].err = err
+			default:
+				runs[j.n].err = j.train(ctx, t, c, j.n, w, models[j.n], &runs[j.n])
+			}
+		}()
+	}
+	for i := range j.n {
+		runs[i].id = string(c.IDs[i])
+	}
+	// Not c.Run: the joiner's goroutine sets its worker in c.Workers.
+	gyretest.Each(c.Workers[:j.n], func(i int, w *gyre.Worker) error {
+		runs[i].err = j.train(ctx, t, c, i, w, models[i], &runs[i])
+		return nil
+	})
+	wg.Wait()
+	want := referenceToy(t, lossGlobal, j.iters)
+	for i, run := range runs {
+		switch {
+		case run.died:
+		case run.err != nil:
+			t.Errorf("worker %d: %v", i, run.err)
+		case run.iter != j.iters:
+			t.Errorf("worker %d ended at iteration %d, want %d", i, run.iter, j.iters)
+		case !closeRel(models[i].theta, want.theta, 1e-12):
+			t.Errorf("worker %d ended with θ[0] = %v, one process %v", i, models[i].theta[0], want.theta[0])
 		}
+	}
+	return runs
+}
+
+// train is worker i's loop, the documented one.
+func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, w *gyre.Worker, m *toy, run *recoveryRun) error {
+	frozen := false
+	for w.Iter() < j.iters {
+		if at, ok := j.killAt[i]; ok && w.Iter() == at {
+			time.Sleep(100 * time.Millisecond)
+			run.died = true
+			c.Kill(t, i)
+			return nil
+		}
+		if at, ok := j.freezeAt[i]; ok && w.Iter() == at && !frozen {
+			frozen = true
+			c.Freeze(t, i)
+			time.AfterFunc(time.Second, func() { c.Thaw(t, i) })
+		}
+		time.Sleep(j.pace)
 		b := w.Batch()
 		g := m.grad(b.Indices)
 		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
@@ -44,72 +148,36 @@ func trainThroughLoss(ctx context.Context, t *testing.T, c *gyretest.Cluster, i 
 		}
 		ch, err := w.Boundary(ctx)
 		if err != nil {
-			return run, err
+			return err
 		}
 		if ch.Redo {
 			run.redos++
 			run.lost = append(run.lost, ch.Lost...)
 		}
-		run.epoch = ch.View.Epoch
+		run.admitted = append(run.admitted, ch.Admitted...)
 		if err := w.Commit(); err != nil {
-			return run, err
+			return err
 		}
 	}
 	run.iter = w.Iter()
-	return run, w.Leave(ctx)
+	return w.Leave(ctx)
 }
 
 // TestSurviveKill kills one of four gossip workers mid-run: the three
-// survivors recover without it, redo what was not committed, and end
-// where one process training on the same global batches ends.
+// survivors recover without it, redo what was not committed, name it
+// lost, and end where one process training on the same global batches
+// ends.
 func TestSurviveKill(t *testing.T) {
 	for _, tr := range []string{gyretest.Mem, gyretest.QUIC} {
-		t.Run(tr, func(t *testing.T) { testSurviveKill(t, tr) })
-	}
-}
-
-func testSurviveKill(t *testing.T, tr string) {
-	const global, iters, killAt, victim = 24, 60, 20, 2
-	models := make([]*toy, 4)
-	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Transport: tr, Gossip: true,
-		Config: func(r int, c *gyre.Config) {
-			c.GlobalBatch, c.PeerTimeout, c.QuorumTimeout = global, 500*time.Millisecond, 20*time.Second
-		},
-		State: func(r int) *gyre.State {
-			models[r] = newToy()
-			return models[r].state()
-		}})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	runs := make([]recoveryRun, 4)
-	errs := c.Run(func(i int, w *gyre.Worker) error {
-		var err error
-		runs[i], err = trainThroughLoss(ctx, t, c, i, models[i], iters, killAt, victim)
-		return err
-	})
-	victimID := string(c.IDs[victim])
-	for i, err := range errs {
-		if err != nil && !(i == victim && errors.Is(err, gyre.ErrClosed)) {
-			t.Errorf("worker %d: %v", i, err)
-		}
-	}
-	if t.Failed() {
-		return
-	}
-	want := referenceToy(t, global, iters)
-	for i, run := range runs {
-		if i == victim {
-			continue
-		}
-		if run.redos != 1 || !slices.Equal(run.lost, []string{victimID}) {
-			t.Errorf("worker %d: %d redos naming %v lost, want 1 naming %s", i, run.redos, run.lost, victimID)
-		}
-		if run.iter != iters {
-			t.Errorf("worker %d ended at iteration %d, want %d", i, run.iter, iters)
-		}
-		if !closeRel(models[i].theta, want.theta, 1e-12) {
-			t.Errorf("worker %d ended with θ[0] = %v, one process %v", i, models[i].theta[0], want.theta[0])
-		}
+		t.Run(tr, func(t *testing.T) {
+			const victim = 2
+			runs := lossJob{n: 4, iters: 60, transport: tr, killAt: map[int]int64{victim: 20}}.run(t)
+			for i, run := range runs {
+				if i != victim && (run.redos != 1 || !slices.Equal(run.lost, []string{runs[victim].id})) {
+					t.Errorf("worker %d: %d redos naming %v lost, want 1 naming %s", i, run.redos, run.lost, runs[victim].id)
+				}
+			}
+		})
 	}
 }
 
@@ -118,160 +186,22 @@ func testSurviveKill(t *testing.T, tr string) {
 // as three, the resumed worker learns it was left out and rejoins as a
 // new member, and all four end where one process ends.
 func TestFrozenWorkerRejoins(t *testing.T) {
-	const global, iters, freezeAt, victim = 24, 200, 20, 2
-	models := make([]*toy, 4)
-	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Gossip: true,
-		Config: func(r int, c *gyre.Config) {
-			c.GlobalBatch, c.PeerTimeout, c.QuorumTimeout = global, 300*time.Millisecond, 20*time.Second
-		},
-		State: func(r int) *gyre.State {
-			models[r] = newToy()
-			return models[r].state()
-		}})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	runs := make([]recoveryRun, 4)
-	var admitted [4][]string
-	errs := c.Run(func(i int, w *gyre.Worker) error {
-		m := models[i]
-		for w.Iter() < iters {
-			if i == victim && w.Iter() == freezeAt && runs[i].redos == 0 {
-				c.Freeze(t, i)
-				time.AfterFunc(time.Second, func() { c.Thaw(t, i) })
-			}
-			time.Sleep(10 * time.Millisecond) // the job outlasts the freeze and the rejoin
-			b := w.Batch()
-			g := m.grad(b.Indices)
-			w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
-			w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
-			if err := w.Wait(ctx); err != nil {
-				t.Logf("worker %d: iteration %d: %v (Boundary recovers)", i, b.Iter, err)
-			} else {
-				m.step(g)
-			}
-			ch, err := w.Boundary(ctx)
-			if err != nil {
-				return err
-			}
-			if ch.Redo {
-				runs[i].redos++
-				runs[i].lost = append(runs[i].lost, ch.Lost...)
-			}
-			admitted[i] = append(admitted[i], ch.Admitted...)
-			if err := w.Commit(); err != nil {
-				return err
-			}
-		}
-		runs[i].iter = w.Iter()
-		return w.Leave(ctx)
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("worker %d: %v", i, err)
-		}
-	}
-	if t.Failed() {
-		return
-	}
-	victimID := string(c.IDs[victim])
-	want := referenceToy(t, global, iters)
+	const victim = 2
+	runs := lossJob{n: 4, iters: 200, freezeAt: map[int]int64{victim: 20}, pace: 10 * time.Millisecond}.run(t)
 	for i, run := range runs {
 		switch {
-		case run.iter != iters:
-			t.Errorf("worker %d ended at iteration %d, want %d", i, run.iter, iters)
-		case i == victim && (run.redos != 1 || !slices.Equal(admitted[i], []string{victimID})):
-			t.Errorf("the resumed worker: %d redos, admitted %v; want one redo that admitted it", run.redos, admitted[i])
-		case i != victim && (run.redos != 1 || !slices.Equal(run.lost, []string{victimID}) || !slices.Equal(admitted[i], []string{victimID})):
-			t.Errorf("worker %d: %d redos naming %v lost, admitted %v; want one redo without %s, who was admitted again",
-				i, run.redos, run.lost, admitted[i], victimID)
-		}
-		if !closeRel(models[i].theta, want.theta, 1e-12) {
-			t.Errorf("worker %d ended with θ[0] = %v, one process %v", i, models[i].theta[0], want.theta[0])
+		case i == victim && (run.redos != 1 || !slices.Equal(run.admitted, []string{run.id})):
+			t.Errorf("the resumed worker: %d redos, admitted %v; want one redo that admitted it", run.redos, run.admitted)
+		case i != victim && (run.redos != 1 || !slices.Equal(run.lost, []string{runs[victim].id}) || !slices.Equal(run.admitted, run.lost)):
+			t.Errorf("worker %d: %d redos naming %v lost, admitted %v; want one redo without worker %d, who was admitted again",
+				i, run.redos, run.lost, run.admitted, victim)
 		}
 	}
 }
 
-// lossJob is a gossip job of n workers training the toy through losses:
-// worker i dies at the start of iteration killAt[i] (killed by the test),
-// or at its Config.Failpoint failpoints[i] (killed by the worker itself).
-type lossJob struct {
-	n          int
-	iters      int64
-	killAt     map[int]int64
-	failpoints map[int]string
-}
-
-// run trains the job and checks that every worker that did not die ends
-// at the last iteration where one process ends; it returns which died.
-func (j lossJob) run(t *testing.T) (died []bool) {
-	const global = 24
-	models := make([]*toy, j.n)
-	died = make([]bool, j.n)
-	var c *gyretest.Cluster
-	c = gyretest.MakeCluster(t, gyretest.Options{N: j.n, Gossip: true,
-		Config: func(r int, cfg *gyre.Config) {
-			cfg.GlobalBatch, cfg.PeerTimeout, cfg.QuorumTimeout = global, 300*time.Millisecond, 20*time.Second
-			cfg.Failpoint = j.failpoints[r]
-		},
-		State: func(r int) *gyre.State {
-			models[r] = newToy()
-			return models[r].state()
-		},
-		Options: func(r int) []gyre.Option {
-			return []gyre.Option{gyre.WithFailAction(func() {
-				died[r] = true
-				c.Kill(t, r)
-				runtime.Goexit()
-			})}
-		}})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	ends := make([]int64, j.n)
-	errs := c.Run(func(i int, w *gyre.Worker) error {
-		m := models[i]
-		for w.Iter() < j.iters {
-			if at, ok := j.killAt[i]; ok && w.Iter() == at {
-				// The others finish the vote this worker took part in
-				// first, so all hold one commit.
-				time.Sleep(100 * time.Millisecond)
-				died[i] = true
-				c.Kill(t, i)
-				return nil
-			}
-			b := w.Batch()
-			g := m.grad(b.Indices)
-			w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
-			w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
-			if err := w.Wait(ctx); err == nil {
-				m.step(g)
-			}
-			if _, err := w.Boundary(ctx); err != nil {
-				return err
-			}
-			if err := w.Commit(); err != nil {
-				return err
-			}
-		}
-		ends[i] = w.Iter()
-		return w.Leave(ctx)
-	})
-	want := referenceToy(t, global, j.iters)
-	for i, err := range errs {
-		switch {
-		case died[i]:
-		case err != nil:
-			t.Errorf("worker %d: %v", i, err)
-		case ends[i] != j.iters:
-			t.Errorf("worker %d ended at iteration %d, want %d", i, ends[i], j.iters)
-		case !closeRel(models[i].theta, want.theta, 1e-12):
-			t.Errorf("worker %d ended with θ[0] = %v, one process %v", i, models[i].theta[0], want.theta[0])
-		}
-	}
-	return died
-}
-
-// TestSurviveFailpoints: a worker dies at each step of the protocols that
-// a kill from outside could hardly aim at, and the job goes on.
+// TestSurviveFailpoints: workers die at each step of the protocols that
+// a kill from outside could hardly aim at, or are killed one after
+// another, or the seed dies; the job goes on.
 func TestSurviveFailpoints(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -287,14 +217,58 @@ func TestSurviveFailpoints(t *testing.T) {
 		// survivor holds the same commit and worker 0, the lowest rank,
 		// sends it; it dies after its first tensor.
 		{"holder", lossJob{n: 4, iters: 60, killAt: map[int]int64{2: 20}, failpoints: map[int]string{0: "send-state@1"}}, []int{0, 2}},
+		// The seed, through which every worker joined, dies.
+		{"seed", lossJob{n: 4, iters: 60, killAt: map[int]int64{0: 20}}, []int{0}},
+		// Two kills in a row: five workers down to three.
+		{"two-in-a-row", lossJob{n: 5, iters: 80, killAt: map[int]int64{1: 20, 3: 40}}, []int{1, 3}},
+		// A joiner dies while it takes the job's state. The job is paced
+		// to outlast the joiner's admission.
+		{"joiner", lossJob{n: 4, iters: 150, joiner: true, failpoints: map[int]string{4: "recv-state"}, pace: 20 * time.Millisecond}, []int{4}},
+		// Worker 0 dies while it sends the job's state to a joiner; the
+		// joiner goes back to pending and is admitted again.
+		{"sender-to-joiner", lossJob{n: 4, iters: 150, joiner: true, failpoints: map[int]string{0: "send-state@1"}, pace: 20 * time.Millisecond}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			died := tc.job.run(t)
+			runs := tc.job.run(t)
 			for _, d := range tc.dead {
-				if !died[d] {
+				if !runs[d].died {
 					t.Errorf("worker %d did not die: the failpoint was never reached", d)
 				}
 			}
 		})
 	}
+}
+
+// TestTwoWorkersEndWithoutQuorum: a majority of 2 is both, so when one
+// of 2 workers dies the survivor's Boundary waits QuorumTimeout, then
+// returns ErrNoQuorum.
+func TestTwoWorkersEndWithoutQuorum(t *testing.T) {
+	const quorum = time.Second
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 2, Gossip: true,
+		Config: func(r int, cfg *gyre.Config) {
+			cfg.GlobalBatch, cfg.PeerTimeout, cfg.QuorumTimeout = lossGlobal, 300*time.Millisecond, quorum
+		}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	w := c.Workers[0]
+	for range 3 {
+		errs := c.Run(func(_ int, w *gyre.Worker) error {
+			_, err := w.Boundary(ctx)
+			return errors.Join(err, w.Commit())
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Kill(t, 1)
+	start := time.Now()
+	_, err := w.Boundary(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, gyre.ErrNoQuorum) {
+		t.Fatalf("the survivor's Boundary returned %v; want ErrNoQuorum", err)
+	}
+	if took < quorum || took > quorum+5*time.Second {
+		t.Errorf("the survivor gave up after %v; want QuorumTimeout, %v, plus detection", took, quorum)
+	}
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 }
