@@ -807,19 +807,28 @@ func (w *Worker) flush() {
 // digest of the view and shares it will use next, and at the iterations
 // where the state is checked, a digest of the state about to be
 // committed) to one allgather on the control channel, apart from the
-// gradients. All judge the same table, so every worker returns the same
-// outcome:
+// gradients. All judge the same table:
 //   - every worker completed and agrees: Boundary advances to the next
 //     iteration and returns what changed for it;
-//   - some worker's collective failed: every worker returns an
-//     *IterationError naming the failed ranks (ErrIterationFailed);
+//   - some worker's collective failed with every member there: every
+//     worker returns an *IterationError naming the failed ranks
+//     (ErrIterationFailed), and the iteration stays where it was;
 //   - workers disagree about the iteration, shares, decision or state:
 //     every worker returns ErrDiverged naming the ranks;
-//   - a worker died or froze: every survivor returns a *PeerLostError
-//     naming its rank (ErrPeerLost).
+//   - a member was lost (it died, froze past PeerTimeout, or was cut
+//     off): in a gossip job the others recover without it
+//     (docs/recovery.md) and return a Change with Redo set, the new view,
+//     and Iter, the iteration to run next, with the winning commit's state
+//     restored; a member left out of the new view rejoins as a new member
+//     and returns the same. Without a majority of the view, Boundary
+//     returns ErrNoQuorum after Config.QuorumTimeout. In a static view
+//     every survivor returns a *PeerLostError naming the lost rank
+//     (ErrPeerLost).
 //
-// Failed outcomes leave the iteration where it was. Until recovery from a
-// lost worker exists, Change.Redo is false and those outcomes are errors.
+// Survivors may see different outcomes from the Boundary in which a
+// member was lost (some advanced, some recovered); the recovery that
+// follows brings them to one view, iteration and state before any
+// commits again. Call Commit after every Boundary that returns no error.
 //
 // The state is hashed at every boundary while hashing costs at most 1% of
 // the iteration's compute time; for larger models it is checked every K
