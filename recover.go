@@ -55,11 +55,20 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	var roundAt time.Time // when this worker entered its first round
 	redialed := time.Now()
 	rc.redial(old.recoveryView().Members)
+	suspect := true
 	for {
 		inst := rc.rank.Installed()
 		acc, _ := rc.rank.Accepted()
 		rc.listen(append(inst.Members, acc.Members...))
 		outs := rc.evidence()
+		if suspect {
+			// A round starts even if the heartbeats name nobody (a stream
+			// broke, not a connection): the members that saw the same
+			// failure then agree on a view of everyone. Evidence goes
+			// first, so that a round it starts skips the lost.
+			suspect = false
+			outs = append(outs, rc.rank.Step(recovery.Suspect{})...)
+		}
 		select {
 		case <-rc.wake:
 			m, ok := rc.next()

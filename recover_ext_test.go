@@ -11,6 +11,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // lossJob is a gossip job of n workers (and perhaps a joiner) training
@@ -30,6 +31,10 @@ type lossJob struct {
 	// freezeAt: worker i stops (gyretest's Freeze) for a second at the
 	// start of iteration freezeAt[i], as SIGSTOP stops a process.
 	freezeAt map[int]int64
+	// suspectAt: worker i's collective of iteration suspectAt[i] fails
+	// with a lost peer, though nobody is gone (a stream broke, not a
+	// connection): the heartbeats give no evidence.
+	suspectAt map[int]int64
 	// joiner: one more worker joins through worker 0 while the job runs.
 	joiner bool
 	// pace is a sleep per iteration, so that the job outlasts a freeze
@@ -146,6 +151,9 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		} else {
 			m.step(g)
 		}
+		if at, ok := j.suspectAt[i]; ok && b.Iter == at && run.redos == 0 {
+			gyre.FailIteration(w, &transport.PeerError{Peer: c.IDs[(i+1)%j.n], Op: "recv", Err: transport.ErrPeerGone})
+		}
 		ch, err := w.Boundary(ctx)
 		if err != nil {
 			return err
@@ -178,6 +186,25 @@ func TestSurviveKill(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecoverWithNobodyGone: a collective fails with a lost peer while
+// every member is there and heard (a stream broke, not a connection).
+// Every member judges the same table and recovers; with no evidence
+// against anyone, they agree on a view of all four at the next epoch,
+// redo the iteration, and end where one process ends, well before
+// QuorumTimeout.
+func TestRecoverWithNobodyGone(t *testing.T) {
+	start := time.Now()
+	runs := lossJob{n: 4, iters: 60, suspectAt: map[int]int64{1: 20}}.run(t)
+	for i, run := range runs {
+		if run.redos != 1 || len(run.lost) != 0 {
+			t.Errorf("worker %d: %d redos naming %v lost; want one naming nobody", i, run.redos, run.lost)
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the job took %v: the recovery waited for a timeout", took)
 	}
 }
 

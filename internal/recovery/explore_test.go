@@ -14,14 +14,16 @@ func longTests() bool { return os.Getenv("GYRE_LONG_TESTS") == "1" }
 
 // firstFaults are the faults that start a recovery in the exhaustive
 // exploration: each rank's crash (the coordinator-to-be's among them), a
-// cut both ways and one way, and a partition. The second fault then
-// takes every kind and target, at every message step.
+// cut both ways and one way, a partition, and an abort (a failure that
+// every rank suspects with nobody gone). The second fault then takes
+// every kind and target, at every message step.
 func firstFaults(n int) []fault {
 	var fs []fault
 	for a := range n {
 		fs = append(fs, fault{kind: crash, a: a})
 	}
-	fs = append(fs, fault{kind: freeze, a: 0}, fault{kind: cutBoth, a: 0, b: n - 1}, fault{kind: cutOne, a: n - 1, b: 0})
+	fs = append(fs, fault{kind: freeze, a: 0}, fault{kind: cutBoth, a: 0, b: n - 1}, fault{kind: cutOne, a: n - 1, b: 0},
+		fault{kind: abort})
 	if n >= 3 {
 		fs = append(fs, fault{kind: partition, group: 1<<(n/2) - 1})
 	}

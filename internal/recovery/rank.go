@@ -26,7 +26,7 @@ type Config struct {
 // random schedules turn resends on (scenario.resend).
 var DefaultConfig = Config{CollectTicks: 7, RoundTicks: 30}
 
-// Input is one of Recv, Lost and Tick.
+// Input is one of Recv, Lost, Heard, Tick and Suspect.
 type Input interface{ input() }
 
 // Recv is a message received from a peer.
@@ -47,10 +47,19 @@ type Tick struct{}
 // only this tells the rank that Peer hears it again.
 type Heard struct{ Peer ID }
 
-func (Recv) input()  {}
-func (Lost) input()  {}
-func (Tick) input()  {}
-func (Heard) input() {}
+// Suspect says the runtime lost a peer that it has no evidence against:
+// a collective, or the boundary's table, failed with a lost peer while
+// every member's heartbeats still arrive (a stream broke, not the
+// connection). A rank in no round starts one, so that the members, which
+// saw the same failure, agree on a view even though nobody is gone; with
+// everyone there, the view holds every member, at the next epoch.
+type Suspect struct{}
+
+func (Recv) input()    {}
+func (Lost) input()    {}
+func (Tick) input()    {}
+func (Heard) input()   {}
+func (Suspect) input() {}
 
 // Output is one of Send, Installed and Waiting.
 type Output interface{ output() }
@@ -168,6 +177,10 @@ func (r *Rank) Step(in Input) []Output {
 		r.onLost(in.Peer)
 	case Tick:
 		r.onTick()
+	case Suspect:
+		if !r.recovering {
+			r.startRound()
+		}
 	case Heard:
 		if slices.Contains(r.lost, in.Peer) {
 			r.lost = slices.DeleteFunc(r.lost, func(p ID) bool { return p == in.Peer })

@@ -45,6 +45,7 @@ const (
 	cutOne                     // b no longer hears a
 	partition                  // the ranks in group and the rest no longer hear each other
 	blip                       // the connection a-b breaks and is made again: what is in flight on it is lost, and both get the evidence
+	abort                      // every live rank's collective fails with no evidence against anyone: each steps Suspect
 	numFaultKinds
 )
 
@@ -66,6 +67,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("cut %d->%d", f.a, f.b)
 	case blip:
 		return fmt.Sprintf("blip %d-%d", f.a, f.b)
+	case abort:
+		return "abort"
 	}
 	return fmt.Sprintf("partition %b", f.group)
 }
@@ -93,10 +96,11 @@ func allFaults(n int) []fault {
 	return fs
 }
 
-// blips lists every blip on n ranks. Only random schedules draw them: a
-// lost message is mended by the rounds, not by the order of faults.
+// blips lists every blip on n ranks, and the abort. Only random
+// schedules draw them: a lost message is mended by the rounds, not by
+// the order of faults.
 func blips(n int) []fault {
-	var fs []fault
+	fs := []fault{{kind: abort}}
 	for a := range n {
 		for b := a + 1; b < n; b++ {
 			fs = append(fs, fault{kind: blip, a: a, b: b})
@@ -434,6 +438,13 @@ func (s *sim) apply(f fault) {
 		for _, p := range [][2]int{{f.a, f.b}, {f.b, f.a}} {
 			if s.up(p[0]) {
 				s.step(p[0], Lost{Peer: s.ids[p[1]]})
+			}
+		}
+	case abort:
+		s.noteMajority()
+		for i := range n {
+			if s.up(i) {
+				s.step(i, Suspect{})
 			}
 		}
 	}
