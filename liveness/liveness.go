@@ -52,7 +52,7 @@ type Monitor struct {
 type peer struct {
 	heard atomic.Int64 // unix nanoseconds
 	bye   atomic.Bool  // a farewell arrived
-	gone  atomic.Bool  // receiving from it failed: closed, reset or dropped
+	gone  atomic.Bool  // receiving from it failed (closed, reset or dropped) since it was last heard
 	// brokeAt is when receiving from it first failed since it was last
 	// heard from (unix nanoseconds; 0: it has not).
 	brokeAt atomic.Int64
@@ -325,6 +325,7 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
 			p.heard.Store(time.Now().UnixNano())
 			p.brokeAt.Store(0)
+			p.gone.Store(false) // its link came back: Farewell waits for it again
 			if h.Flags == flagFarewell {
 				p.bye.Store(true)
 			}

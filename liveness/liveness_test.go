@@ -148,6 +148,36 @@ func TestFarewell(t *testing.T) {
 			t.Fatalf("Farewell returned after %v, before the frozen peer was silent for long", d)
 		}
 	})
+	t.Run("peer back after a break", func(t *testing.T) {
+		// A link that broke and came back (a worker that rejoined, a
+		// healed blip) is a live peer again: Farewell waits for it. It
+		// once counted as gone for good, and a worker then closed while
+		// that peer still waited for its last barrier message.
+		_, trs, mons := pair(t)
+		if !heardWithin(mons[0], "b", 3*interval) {
+			t.Fatal("no heartbeat")
+		}
+		trs[0].Drop("b", errors.New("test: broken"))
+		time.Sleep(2 * interval) // a's receive fails
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		for i, peer := range []transport.PeerID{"b", "a"} {
+			if err := trs[i].Connect(ctx, peer, string(peer)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		broke := time.Now()
+		for deadline := time.Now().Add(2 * time.Second); mons[0].LastHeard("b").Before(broke); time.Sleep(interval / 4) {
+			if time.Now().After(deadline) {
+				t.Fatal("b not heard again after the link came back")
+			}
+		}
+		fctx, fcancel := context.WithTimeout(t.Context(), 10*interval)
+		defer fcancel()
+		if err := mons[0].Farewell(fctx, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Farewell = %v, want it to wait for b, heard again, until the deadline", err)
+		}
+	})
 	t.Run("peer silent but alive", func(t *testing.T) {
 		_, _, mons := pair(t)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*interval)
