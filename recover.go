@@ -144,7 +144,12 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 		if roundAt.IsZero() {
 			roundAt = agreed // installed from a round others ran
 		}
+		// A member that missed the Install waits for it, and the install
+		// waits for that member in the state transfer: answer its late
+		// Accepts and calls meanwhile.
+		stopAnswering := rc.answering(recoveryTick(w.cfg))
 		ch, err := w.installRecovered(ctx, old, o)
+		stopAnswering()
 		if errors.Is(err, ErrDiverged) || errors.Is(err, ErrClosed) {
 			return Change{}, err
 		}

@@ -210,6 +210,31 @@ func (rc *recoverer) answerStale() {
 	rc.listen(formers)
 }
 
+// answering runs answerStale every tick, in the background, until the
+// returned stop is called. The rank is not stepped meanwhile, so its
+// answers, which read it, do not race with its steps.
+func (rc *recoverer) answering(every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				rc.answerStale()
+			case <-done:
+				return
+			case <-rc.w.life.Done():
+				return
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
 // drain waits until every posted message has been sent or given up on,
 // or for at most limit.
 func (rc *recoverer) drain(limit time.Duration) {

@@ -317,17 +317,22 @@ func (r *Rank) mayLeaveRound(from ID, call Report) bool {
 	return !slices.Contains(r.lost, from) && slices.Contains(call.Reach, r.self)
 }
 
-// resend sends the round's message again while the round has not
-// reached a proposal: the Report, refreshed, to the coordinator, or the
-// coordinator's call to the members that have not reported. Duplicates
-// are harmless: a coordinator counts one report per member, and a call
-// of the round a rank is in changes nothing.
+// resend sends the round's message again: the Report, refreshed, to the
+// coordinator, or once it accepted, its Accept (the coordinator may have
+// installed, and its Install to this rank been lost: an installed rank
+// answers a late Accept with the Install, Stale); or the coordinator's
+// call to the members that have not reported, until it proposes.
+// Duplicates are harmless: a coordinator counts one report and one
+// accept per member, and a call of the round a rank is in changes
+// nothing.
 func (r *Rank) resend() {
 	rep := r.report(r.round)
 	co := r.co
 	switch {
 	case co == nil && r.acceptedRound != r.round:
 		r.send(r.round.Coord, rep)
+	case co == nil:
+		r.send(r.round.Coord, Accept{Round: r.round, Epoch: r.accepted.Epoch})
 	case co != nil && co.p == nil:
 		for _, v := range []View{r.installed, r.accepted} {
 			for _, m := range v.Members {

@@ -560,6 +560,15 @@ func (s *sim) run() []violation {
 			if s.up(e.to) && !s.cut[e.from*s.n+e.to] {
 				k := e.to*s.n + e.from
 				s.told[k], s.heardAt[k] = false, s.tick
+				if r := s.ranks[e.to]; !r.Recovering() {
+					// As the runtime does between rounds (answerStale): a
+					// stale call or a late Accept gets the Install, and
+					// is not stepped.
+					if in, ok := r.Stale(e.msg); ok {
+						s.queue = append(s.queue, envelope{from: e.to, to: e.from, msg: in, due: s.tick + 1})
+						continue
+					}
+				}
 				s.step(e.to, Recv{From: s.ids[e.from], Msg: e.msg})
 			}
 			continue

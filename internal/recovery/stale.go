@@ -10,15 +10,23 @@ package recovery
 // never answer.
 
 // Stale answers m, from a rank that may run an older view than the one
-// this rank installed: a Report of an older installed epoch gets an
-// Install of this rank's view, with the winner it started from. It
-// changes nothing, so the runtime may call it while it trains.
+// this rank installed: a Report of an older installed epoch, or an
+// Accept of a view of this rank's epoch or older (its sender missed the
+// Install, and sends its Accept again while it waits), gets an Install
+// of this rank's view, with the winner it started from. It changes
+// nothing, so the runtime may call it while it trains or installs.
 func (r *Rank) Stale(m Msg) (Install, bool) {
-	rep, ok := m.(Report)
-	if !ok || rep.Installed.Epoch >= r.installed.Epoch {
-		return Install{}, false
+	switch m := m.(type) {
+	case Report:
+		if m.Installed.Epoch < r.installed.Epoch {
+			return Install{Round: m.Round, View: r.installed.Clone(), Winner: r.installedWinner}, true
+		}
+	case Accept:
+		if m.Epoch <= r.installed.Epoch && r.installed.Epoch > 0 {
+			return Install{Round: m.Round, View: r.installed.Clone(), Winner: r.installedWinner}, true
+		}
 	}
-	return Install{Round: rep.Round, View: r.installed.Clone(), Winner: r.installedWinner}, true
+	return Install{}, false
 }
 
 // Excluded reports whether m, an Install received by self while it runs
