@@ -27,14 +27,17 @@ func blockRacks(net *mem.Network, ids []transport.PeerID) {
 	racks(net, ids, func(r int) int { return r / 2 })
 }
 
-// racks delays every message between ranks in different racks by 40 ms
-// and clears the links within a rack.
+// racks delays every message between ranks in different racks by 100 ms
+// and clears the links within a rack. At 40 ms, a probe within a rack
+// slowed by the race detector and by the packages CI tests beside it
+// (4 MiB through mem) could take as long as one across racks, and two CI
+// runs chose address order.
 func racks(net *mem.Network, ids []transport.PeerID, rackOf func(rank int) int) {
 	for a := range ids {
 		for b := range ids {
 			var l mem.Link
 			if rackOf(a) != rackOf(b) {
-				l.Delay = 40 * time.Millisecond
+				l.Delay = 100 * time.Millisecond
 			}
 			net.SetLink(ids[a], ids[b], l)
 		}
