@@ -181,6 +181,9 @@ func TestClusterRecovery(t *testing.T) {
 		}
 	})
 	t.Run("3+1", func(t *testing.T) {
+		// The job must outlast host 4's rejoin: at 1500 iterations the
+		// 3 could finish 2 s after it went back to pending.
+		const iters = 5000
 		j := startNSJob(t, 4, iters)
 		for _, i := range []string{"1", "2", "3"} {
 			j.cluster(t, "partition", i, "4")
