@@ -31,6 +31,12 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	// Nothing of the old view's collectives is read again: the new view
 	// has a higher epoch, and its links are reopened (installRecovered).
 	old.close()
+	// A member that advanced past the boundary this worker failed runs the
+	// next iteration's collectives and waits for this worker's part, which
+	// never comes, with no evidence against it: it would wait out
+	// CollectiveTimeout, deaf to the rounds. Closing this side's streams
+	// of the old view ends its receive, so that it recovers too.
+	w.reopenLinks(old)
 	iter, err := w.state.restore()
 	if err != nil {
 		return Change{}, errors.Join(cause, err)
@@ -239,14 +245,7 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 		vs.joiners = append(vs.joiners, transport.PeerID(j))
 	}
 	w.setView(vs)
-	if ro, ok := w.t.(transport.Reopener); ok {
-		for _, id := range vs.ids {
-			if id != self {
-				ro.Reopen(id, transport.ChanData)
-				ro.Reopen(id, transport.ChanControl)
-			}
-		}
-	}
+	w.reopenLinks(vs)
 	// A view chosen before a further loss may hold a member already
 	// gone: recover from it at once rather than dial it for
 	// ConnectTimeout.
@@ -317,4 +316,21 @@ func (w *Worker) recoverOr(ctx context.Context, err error) (Change, error) {
 // a joiner's return to pending, can get over.
 func lostPeer(err error) bool {
 	return errors.Is(err, transport.ErrPeerGone) || errors.Is(err, transport.ErrNotConnected)
+}
+
+// reopenLinks closes this side's data and control streams to every other
+// member of vs (transport.Reopener): the next send opens new ones, and a
+// peer still reading the old ones sees them end.
+func (w *Worker) reopenLinks(vs *viewState) {
+	ro, ok := w.t.(transport.Reopener)
+	if !ok {
+		return
+	}
+	self := transport.PeerID(w.cfg.Name)
+	for _, id := range vs.ids {
+		if id != self {
+			ro.Reopen(id, transport.ChanData)
+			ro.Reopen(id, transport.ChanControl)
+		}
+	}
 }
