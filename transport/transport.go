@@ -119,6 +119,8 @@ type Forgetter interface {
 // the old ones still hold, or at once if it gave up on them. A worker
 // reopens its links at the start of a view after a failed exchange, so
 // that no receive of the new view waits on a stream the old one broke.
+// Streams the peer opened before its Reopen but that arrive after this
+// side's look new: if the peer reset them, they fail one receive.
 // Reopen does not block on the network and is safe for concurrent use.
 type Reopener interface {
 	Reopen(peer PeerID, ch Channel)

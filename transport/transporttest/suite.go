@@ -650,6 +650,12 @@ func testReopen(t *testing.T, ctx context.Context, nodes []Node) {
 	}
 	stop()
 	wait(t, ctx, "the large send", sent)
+	// A view change reopens long after the old view's last message, when
+	// its streams have all been accepted. Here a's streams, reset by its
+	// cancelled send, may still be in flight: a stream accepted after b's
+	// Reopen cannot be told from a new one, and its reset would fail a
+	// receive.
+	time.Sleep(100 * time.Millisecond)
 
 	rb.Reopen(a.ID, transport.ChanData)
 	ra.Reopen(b.ID, transport.ChanData)

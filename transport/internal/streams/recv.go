@@ -31,12 +31,11 @@ type inSlot struct {
 	cur     *inGen        // generation the Recv in progress reads
 	cc      canceller     // sets a past deadline on cur when a Recv's ctx ends
 	quit    chan struct{} // closed when the peer is forgotten: stops the readers
-	// nextGen numbers the generations as they arrive; those numbered
-	// below oldBefore arrived before the last Reopen. They belong to an
-	// exchange both sides gave up on: when one ends or fails, even
-	// mid-message, Recv waits for the peer's next generation instead of
-	// failing.
-	nextGen, oldBefore uint64
+	// reopenedAt is Transport.reopens just after the slot's last Reopen.
+	// Generations accepted before it belong to an exchange both sides
+	// gave up on: when one ends or fails, even mid-message, Recv waits
+	// for the peer's next generation instead of failing.
+	reopenedAt uint64
 
 	// Owned by the Recv in progress (at most one per slot).
 	readers []*stripeReader // index s for stripe s > 0
@@ -45,10 +44,10 @@ type inSlot struct {
 
 // inGen is one generation of a channel's inbound streams.
 type inGen struct {
-	id      uint64      // its number in its slot (inSlot.nextGen)
-	k       int         // stripes, from the Hello
-	streams []*inStream // guarded by t.mu; nil until the stripe arrives
-	err     error       // guarded by t.mu; set once the generation is dead
+	accepted uint64      // Transport.reopens when its first stream was accepted
+	k        int         // stripes, from the Hello
+	streams  []*inStream // guarded by t.mu; nil until the stripe arrives
+	err      error       // guarded by t.mu; set once the generation is dead
 }
 
 // inStream is one accepted stream. n counts the bytes read from it, so a
@@ -84,10 +83,10 @@ func (t *Transport) slotLocked(p *peer, ch transport.Channel) *inSlot {
 	return s
 }
 
-// reopened reports whether g arrived before the last Reopen of the slot's
-// channel: the peer has left it, or is leaving it, for a new generation.
-// t.mu must be held.
-func (sl *inSlot) reopened(g *inGen) bool { return g.id < sl.oldBefore }
+// reopened reports whether g was accepted before the last Reopen of the
+// slot's channel: the peer has left it, or is leaving it, for a new
+// generation. t.mu must be held.
+func (sl *inSlot) reopened(g *inGen) bool { return g.accepted < sl.reopenedAt }
 
 func (sl *inSlot) signalLocked() {
 	close(sl.changed)
@@ -142,10 +141,11 @@ func (t *Transport) Accept(verified transport.PeerID, s InStream) {
 		s.Close()
 		return
 	}
-	t.goLocked(func() { t.serveStream(verified, s) })
+	accepted := t.reopens
+	t.goLocked(func() { t.serveStream(verified, s, accepted) })
 }
 
-func (t *Transport) serveStream(verified transport.PeerID, s InStream) {
+func (t *Transport) serveStream(verified transport.PeerID, s InStream, accepted uint64) {
 	stop := context.AfterFunc(t.ctx, func() { s.Close() })
 	s.SetReadDeadline(time.Now().Add(helloTimeout))
 	h, err := wire.ReadHello(s)
@@ -170,11 +170,11 @@ func (t *Transport) serveStream(verified transport.PeerID, s InStream) {
 		ev.Str("verified", string(verified)).Str("from", h.From).Err(err).Msg("rejected stream: bad hello")
 		return
 	}
-	t.register(transport.PeerID(h.From), h, s)
+	t.register(transport.PeerID(h.From), h, s, accepted)
 }
 
 // register adds an accepted stream to its (peer, channel) slot.
-func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
+func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream, accepted uint64) {
 	is := &inStream{s: s}
 	is.r = wire.NewReader(is, t.cfg.Limits)
 	k := int(h.Stripes)
@@ -225,10 +225,10 @@ func (t *Transport) register(id transport.PeerID, h wire.Hello, s InStream) {
 			t.log.Info().Str("peer", string(id)).Stringer("channel", transport.Channel(h.Channel)).
 				Msg("peer reopened the channel; new streams queue behind the old")
 		}
-		g = &inGen{id: sl.nextGen, k: k, streams: make([]*inStream, k)}
-		sl.nextGen++
+		g = &inGen{accepted: accepted, k: k, streams: make([]*inStream, k)}
 		sl.gens = append(sl.gens, g)
 	}
+	g.accepted = min(g.accepted, accepted)
 	g.streams[h.Stripe] = is
 	sl.signalLocked()
 	t.mu.Unlock()
@@ -363,6 +363,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 // waitStream waits until stripe s of a generation has arrived and returns
 // it. With g nil it waits for the head generation's stripe 0, skipping dead
 // generations that have a successor, and makes it the one being read.
+// With g given, it fails with errStripeMissing once g has a successor.
 func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inStream, error) {
 	t := sl.t
 	for {
@@ -400,6 +401,12 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 				t.mu.Unlock()
 				return cand, st, nil
 			}
+			if g != nil && (len(sl.gens) == 0 || sl.gens[len(sl.gens)-1] != g) {
+				// Stripes join only the newest generation: this one's
+				// was reset before its hello and will never come.
+				t.mu.Unlock()
+				return nil, nil, errStripeMissing
+			}
 		}
 		changed := sl.changed
 		t.mu.Unlock()
@@ -412,6 +419,10 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 		}
 	}
 }
+
+// errStripeMissing: a generation's stripe never arrived, and a newer
+// generation followed it. The message in the old one cannot complete.
+var errStripeMissing = errors.New("a stripe of the message never arrived before the peer opened new streams")
 
 // readMessage reads one message from generation g, whose stripe 0 is s0.
 // consumed counts the bytes taken from stripe 0: any byte read means an

@@ -154,7 +154,7 @@ func (t *Transport) Send(ctx context.Context, id transport.PeerID, ch transport.
 
 // Reopen closes the open streams of (id, ch), if the channel has any:
 // the next Send opens a new generation (transport.Reopener). The peer
-// reopens its side too, so the generations that arrived from it before
+// reopens its side too, so the generations accepted from it before
 // now are left behind: when one ends or fails, even mid-message, Recv
 // waits for the peer's next one instead of failing. (A generation the
 // peer opened after its own Reopen but before this one counts as left
@@ -174,7 +174,8 @@ func (t *Transport) Reopen(id transport.PeerID, ch transport.Channel) {
 		oc = p.out.chans[ch]
 	}
 	sl := t.slotLocked(p, ch)
-	sl.oldBefore = sl.nextGen
+	t.reopens++
+	sl.reopenedAt = t.reopens
 	sl.signalLocked()
 	t.mu.Unlock()
 	if oc != nil {

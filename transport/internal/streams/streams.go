@@ -102,6 +102,10 @@ type Transport struct {
 	mu     sync.Mutex
 	closed bool
 	peers  map[transport.PeerID]*peer
+	// reopens counts Reopen calls. A stream records it when accepted, so
+	// that one accepted before a Reopen is known as old even if its Hello
+	// is read after.
+	reopens uint64
 
 	closeOnce sync.Once
 }

@@ -238,6 +238,92 @@ func TestReopenedChannelQueues(t *testing.T) {
 	recv(3)
 }
 
+// TestStaleStreamsGiveWayAfterReopen checks the two ways streams the
+// peer left behind show up after this side's Reopen, and that in both the
+// receive skips them for the peer's next message instead of failing or
+// waiting: a striped message whose second stripe was reset before its
+// hello (it never arrives), and a stream accepted before the Reopen whose
+// hello is read after it, cut mid-message.
+func TestStaleStreamsGiveWayAfterReopen(t *testing.T) {
+	big := make([]byte, wire.StripeMin)
+	for _, tc := range []struct {
+		name string
+		// stale leaves the old streams in a: it returns a func that runs
+		// after a's Reopen.
+		stale func(t *testing.T, tn *testNet, a *Transport) func()
+	}{
+		{"stripe never arrives", func(t *testing.T, tn *testNet, a *Transport) func() {
+			c := openRaw(t, tn, a, 2)
+			h := wire.Header{Kind: wire.KindData, Seq: 1, Len: uint64(len(big))}
+			_, hi := wire.StripePart(h.Len, 2, 0)
+			if err := wire.NewWriter(c, wire.DefaultMaxFrame).WriteFrames(h, big[:hi], 0); err != nil {
+				t.Fatal(err)
+			}
+			return func() {}
+		}},
+		{"accepted before the reopen", func(t *testing.T, tn *testNet, a *Transport) func() {
+			c, s, err := tn.pair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			a.Accept("b", s) // its hello comes after the Reopen
+			return func() {
+				c.Write(wire.AppendHello(nil, wire.Hello{From: "b", Stripes: 1}))
+				h := wire.Header{Kind: wire.KindData, Seq: 1, Len: 64}
+				if err := wire.NewWriter(c, wire.DefaultMaxFrame).WriteFrames(h, make([]byte, 16), 0); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond) // registered before the next
+				c.Close()                         // cut mid-message
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			tn := newTestNet(t)
+			a := tn.add(t, "a", nil)
+			tn.add(t, "b", nil)
+			after := tc.stale(t, tn, a)
+			time.Sleep(50 * time.Millisecond) // registered, if its hello came
+			a.Reopen("b", transport.ChanData)
+			after()
+			got := make(chan error, 1)
+			buf := make([]byte, len(big))
+			go func() {
+				h, n, err := a.Recv(ctx, "b", transport.ChanData, buf)
+				if err == nil && (h.Seq != 2 || n != 1) {
+					err = fmt.Errorf("got seq %d of %d bytes, want seq 2 of 1", h.Seq, n)
+				}
+				got <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // reading the old streams
+			fresh := openRaw(t, tn, a, 2)
+			if err := wire.NewWriter(fresh, wire.DefaultMaxFrame).WriteMessage(wire.Header{Kind: wire.KindData, Seq: 2}, []byte{2}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("Recv after Reopen: %v; want the new message", err)
+			}
+		})
+	}
+}
+
+// openRaw opens stripe 0 of a new generation of k stripes from "b" to a,
+// on the data channel.
+func openRaw(t *testing.T, tn *testNet, a *Transport, k int) net.Conn {
+	t.Helper()
+	c, s, err := tn.pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	a.Accept("b", s)
+	c.Write(wire.AppendHello(nil, wire.Hello{From: "b", Stripes: uint8(k)}))
+	return c
+}
+
 // TestReopenedTooOften checks that a peer restarting again and again on a
 // channel nobody reads evicts its oldest streams instead of being refused:
 // the newest streams are the live ones.
