@@ -194,7 +194,7 @@ type Config struct {
 	PeerTimeout time.Duration
 	// Failpoint, for tests of recovery only, makes the worker die at a
 	// named step of its protocols, as kill -9 would: "vote",
-	// "send-state", "recv-state" or "propose", optionally with "@ITER",
+	// "send-state", "recv-state", "propose" or "install", optionally with "@ITER",
 	// the first iteration at which it may (see FailVote and the others).
 	// Never set it in a real job.
 	Failpoint string

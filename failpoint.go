@@ -28,9 +28,12 @@ const (
 	// FailPropose: a recovery's coordinator, as soon as it has sent its
 	// proposal.
 	FailPropose = "propose"
+	// FailInstall: a member of the view a recovery decided, as it starts
+	// that view: its peers have agreed on a view that holds it.
+	FailInstall = "install"
 )
 
-var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose}
+var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose, FailInstall}
 
 // failpoint is a parsed Config.Failpoint.
 type failpoint struct {

@@ -244,6 +244,7 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	for _, j := range in.View.Joiners {
 		vs.joiners = append(vs.joiners, transport.PeerID(j))
 	}
+	w.fail(FailInstall)
 	w.setView(vs)
 	w.reopenLinks(vs)
 	// A view chosen before a further loss may hold a member already
@@ -255,17 +256,22 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 				in.View.Epoch, r, id, transport.ErrPeerGone)
 		}
 	}
+	// Every member was heard as the view was agreed. One that falls
+	// silent since has died too: recover again without it at once
+	// rather than dial it, or wait on its state, until ConnectTimeout.
+	ctx, stopWatch := w.watchMembers(ctx, vs)
+	defer stopWatch()
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()
 	if err := w.connectView(cctx, vs); err != nil {
-		return Change{}, fmt.Errorf("gyre: connecting the recovered view of epoch %d: %w", in.View.Epoch, err)
+		return Change{}, fmt.Errorf("gyre: connecting the recovered view of epoch %d: %w", in.View.Epoch, silentCause(ctx, err))
 	}
 	holder := vs.rankOf(transport.PeerID(in.Winner.Holder))
 	if holder < 0 {
 		return Change{}, fmt.Errorf("gyre: the state's holder %s is not in the recovered view", in.Winner.Holder)
 	}
 	if err := w.confirm(ctx, w.syncState(ctx, holder), holder); err != nil {
-		return Change{}, err
+		return Change{}, silentCause(ctx, err)
 	}
 	if want := in.Winner.Commit.Digest; want != 0 {
 		if got, err := w.state.Digest(); err != nil || got != want {
@@ -293,12 +299,50 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	w.meta.publish(w.nodeMeta(in.View.Epoch, rank))
 	w.nextCheck, w.lastVote = w.iter, time.Now()
 	w.bst = balance.State{} // as after any view change: shares start equal
-	var lost []string
-	for _, id := range in.Lost {
-		lost = append(lost, string(id))
+	// Lost is against the view this worker ran: a view installed by the
+	// protocol but never started here (in.Lost's reference) dropped some.
+	lost := make([]string, len(dropped))
+	for i, id := range dropped {
+		lost[i] = string(id)
 	}
 	return Change{Iter: w.iter, View: w.View(), ViewChanged: true, Shares: w.Shares(), SharesChanged: true,
 		Redo: true, Lost: lost}, nil
+}
+
+// watchMembers returns a context that ends, with a lost-peer cause, when
+// the heartbeats say a member of vs other than this worker is gone.
+func (w *Worker) watchMembers(ctx context.Context, vs *viewState) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(recoveryTick(w.cfg))
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			for r, id := range vs.ids {
+				if r != vs.rank && w.silent(id) {
+					cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
+						r, id, vs.view.Epoch, w.cfg.PeerTimeout, transport.ErrPeerGone))
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() { close(done); cancel(nil) }
+}
+
+// silentCause is err, or the loss of a member that ended ctx with it.
+func silentCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); err != nil && cause != nil && lostPeer(cause) {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
 }
 
 // recoverOr recovers from err if it lost a peer in a gossip view, and

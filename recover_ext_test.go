@@ -235,6 +235,9 @@ func TestSurviveFailpoints(t *testing.T) {
 		job  lossJob
 		dead []int // the workers that must have died
 	}{
+		// Worker 3 is killed; worker 1 dies as it starts the view that
+		// recovery decided, so its peers must not wait to connect to it.
+		{"installer", lossJob{n: 5, iters: 60, killAt: map[int]int64{3: 20}, failpoints: map[int]string{1: "install"}}, []int{1, 3}},
 		// During the boundary vote: its peers are in the allgather.
 		{"vote", lossJob{n: 4, iters: 60, failpoints: map[int]string{2: "vote@20"}}, []int{2}},
 		// Worker 3 is killed; worker 0 coordinates the recovery and dies
@@ -260,6 +263,25 @@ func TestSurviveFailpoints(t *testing.T) {
 			for _, d := range tc.dead {
 				if !runs[d].died {
 					t.Errorf("worker %d did not die: the failpoint was never reached", d)
+				}
+			}
+			// Each survivor's Redos name every dead member of its first
+			// view once, and nobody else but a joiner sent back.
+			for i, run := range runs {
+				if run.died || i >= tc.job.n {
+					continue
+				}
+				named := map[string]int{}
+				for _, id := range run.lost {
+					named[id]++
+				}
+				for k, r := range runs {
+					switch {
+					case r.died && k < tc.job.n && named[r.id] != 1:
+						t.Errorf("worker %d: its Redos name %v lost, %d times worker %d; want once", i, run.lost, named[r.id], k)
+					case !r.died && k < tc.job.n && named[r.id] > 0:
+						t.Errorf("worker %d: its Redos name %v lost, worker %d among them, which did not die", i, run.lost, k)
+					}
 				}
 			}
 		})

@@ -95,8 +95,9 @@ type Change struct {
 	// views recover; a static view fails with a *PeerLostError.
 	Redo bool
 	// Admitted and Departed name the workers that joined the view, and
-	// those that left it at their request, at this boundary; Lost names
-	// those the view lost (killed, stopped or cut off), on a Redo.
+	// those that left it at their request, at this boundary; Lost names,
+	// on a Redo, the members of the view this worker ran before that the
+	// new view lacks (killed, stopped or cut off).
 	Admitted, Departed, Lost []string
 	// Left says this worker left the job at this boundary, as it asked
 	// with RequestLeave: the Worker is closed, and the trainer stops

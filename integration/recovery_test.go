@@ -385,6 +385,7 @@ func testFailpointsProcs(t *testing.T, tr string) {
 		{name: "seed", n: 4, kill: []int{0}, dead: []int{0}},
 		{name: "two-in-a-row", n: 5, kill: []int{1, 3}, dead: []int{1, 3}},
 		{name: "coordinator", n: 5, failpoints: map[int]string{0: "propose"}, kill: []int{3}, dead: []int{0, 3}},
+		{name: "installer", n: 5, failpoints: map[int]string{1: "install"}, kill: []int{3}, dead: []int{1, 3}},
 		{name: "holder", n: 4, failpoints: map[int]string{0: "send-state@1"}, kill: []int{2}, dead: []int{0, 2}},
 		{name: "joiner", n: 4, joiner: "recv-state", dead: []int{4}},
 		{name: "sender-to-joiner", n: 4, failpoints: map[int]string{0: "send-state@1"}, joiner: "-", dead: []int{0}},
