@@ -37,19 +37,16 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	// CollectiveTimeout, deaf to the rounds. Closing this side's streams
 	// of the old view ends its receive, so that it recovers too.
 	w.reopenLinks(old)
-	iter, err := w.state.restore()
-	if err != nil {
+	if err := w.rollBack(); err != nil {
 		return Change{}, errors.Join(cause, err)
 	}
-	w.iter, w.failed = iter, nil
-	w.started, w.compute = time.Time{}, 0
 	digest, err := w.state.Digest()
 	if err != nil {
 		return Change{}, errors.Join(cause, err)
 	}
-	own := recovery.Commit{Epoch: rc.commitEpoch, Iter: uint64(iter), Digest: digest}
+	own := recovery.Commit{Epoch: rc.commitEpoch, Iter: uint64(w.iter), Digest: digest}
 	rc.rank.Committed(own)
-	w.log.Warn().Err(cause).Uint64("epoch", old.view.Epoch).Int64("commit", iter).
+	w.log.Warn().Err(cause).Uint64("epoch", old.view.Epoch).Int64("commit", w.iter).
 		Msg("lost touch with a member: recovering")
 
 	// The quorum timer runs from the failure, and again from every view
@@ -162,12 +159,10 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 		if err != nil {
 			w.log.Warn().Err(err).Uint64("epoch", o.View.Epoch).Msg("could not start the recovered view; recovering again")
 			w.cur.close() // nothing of it runs while the rounds go on
-			iter, rerr := w.state.restore()
-			if rerr != nil {
+			// The broadcast may have set the winner's state and iteration.
+			if rerr := w.rollBack(); rerr != nil {
 				return Change{}, errors.Join(err, rerr)
 			}
-			// The broadcast may have set the winner's iteration already.
-			w.iter, w.started, w.compute = iter, time.Time{}, 0
 			rc.rank.Committed(own)
 			quorum.Reset(w.cfg.QuorumTimeout)
 			continue

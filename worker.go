@@ -1082,6 +1082,12 @@ func (w *Worker) Restore() error {
 	if err := w.idle(); err != nil {
 		return err
 	}
+	return w.rollBack()
+}
+
+// rollBack restores the committed state and moves the iteration back to
+// it, forgetting the failure and timing of the iteration under way.
+func (w *Worker) rollBack() error {
 	iter, err := w.state.restore()
 	if err != nil {
 		return err
