@@ -103,7 +103,7 @@ func NewOverlapJob(o OverlapOptions) (*train.Job, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return train.NewSizedJob(o.Sizes(), o.ModelSeed, o.DataSeed)
+	return train.NewSizedJob(o.Sizes(), mlp.DefaultLR, o.ModelSeed, o.DataSeed)
 }
 
 // Phases are the times of one iteration's phases, in microseconds. A

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -77,7 +77,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.Int64Var(&fl.evalEvery, "eval-every", 50, "measure test accuracy and report every this many iterations")
 	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
 	f.IntVar(&fl.hidden, "hidden", mlp.DefaultSizes()[1], "width of the hidden layer (every worker must use the same)")
-	f.Float64Var(&fl.lr, "lr", mlp.DefaultLR, "SGD learning rate (momentum 0.9); lower it for wide --hidden layers")
+	f.Float64Var(&fl.lr, "lr", mlp.DefaultLR, "SGD learning rate, momentum 0.9 (every worker must use the same); lower it for wide --hidden layers")
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
@@ -130,11 +130,10 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	ctx, cancel := context.WithTimeout(ctx, fl.timeout)
 	defer cancel()
-	job, err := train.NewSizedJob([]int{mlp.InputDim, fl.hidden, mlp.NumClasses}, fl.modelSeed, fl.dataSeed)
+	job, err := train.NewSizedJob([]int{mlp.InputDim, fl.hidden, mlp.NumClasses}, fl.lr, fl.modelSeed, fl.dataSeed)
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
-	job.Opt = mlp.NewSGD(job.Model.Params(), fl.lr, mlp.DefaultMomentum)
 	// log is for the command's own lines; once joined, they say which
 	// worker, as the runtime's do.
 	log := c.log
@@ -151,6 +150,14 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 			}
 		}()
 		onIter = mw.write
+	}
+	var paramsOut *os.File
+	if fl.paramsFile != "" {
+		// Created now, so that a bad path fails before the training does.
+		if paramsOut, err = os.Create(fl.paramsFile); err != nil {
+			return fmt.Errorf("--save-params: %w", err)
+		}
+		defer paramsOut.Close()
 	}
 	if fl.positions {
 		prev := onIter
@@ -204,8 +211,8 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		return nil
 	}
 	fmt.Fprintf(out, "# rank %d final state digest %016x at iteration %d\n", w.Rank(), digest, w.Iter())
-	if fl.paramsFile != "" {
-		if err := saveParams(fl.paramsFile, job.Model.Params()); err != nil {
+	if paramsOut != nil {
+		if err := saveParams(paramsOut, job.Model.Params()); err != nil {
 			return fmt.Errorf("--save-params: %w", err)
 		}
 	}
@@ -274,14 +281,15 @@ func shareList(shares []int) string {
 	return strings.Join(s, ",")
 }
 
-// saveParams writes params to path as little-endian float64s, one slice
-// after another: what a reader needs to compare two runs' models.
-func saveParams(path string, params [][]float64) error {
-	var b bytes.Buffer
+// saveParams writes params to f as little-endian float64s, one slice
+// after another, and closes f: what a reader needs to compare two runs'
+// models.
+func saveParams(f *os.File, params [][]float64) error {
+	w := bufio.NewWriter(f)
 	for _, p := range params {
-		if err := binary.Write(&b, binary.LittleEndian, p); err != nil {
+		if err := binary.Write(w, binary.LittleEndian, p); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	return errors.Join(w.Flush(), f.Close())
 }

@@ -126,7 +126,7 @@ func TestEventsLost(t *testing.T) {
 // smallJob is a small job, for tests of a few iterations.
 func smallJob(t *testing.T) *Job {
 	t.Helper()
-	j, err := NewSizedJob([]int{mlp.InputDim, 16, mlp.NumClasses}, 1, 7)
+	j, err := NewSizedJob([]int{mlp.InputDim, 16, mlp.NumClasses}, mlp.DefaultLR, 1, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,14 +85,15 @@ func NewJob(modelSeed, dataSeed uint64) *Job {
 	return &Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(dataSeed)}
 }
 
-// NewSizedJob is NewJob with the MLP's layer sizes given: inputs (which
-// must be mlp.InputDim), hidden widths, classes (mlp.NumClasses).
-func NewSizedJob(sizes []int, modelSeed, dataSeed uint64) (*Job, error) {
+// NewSizedJob is NewJob with the MLP's layer sizes given (inputs, which
+// must be mlp.InputDim, hidden widths, classes, mlp.NumClasses) and SGD's
+// learning rate lr, with the default momentum.
+func NewSizedJob(sizes []int, lr float64, modelSeed, dataSeed uint64) (*Job, error) {
 	m, err := mlp.New(sizes, modelSeed)
 	if err != nil {
 		return nil, err
 	}
-	return &Job{Model: m, Opt: mlp.NewDefaultSGD(m), Data: mlp.NewDataset(dataSeed)}, nil
+	return &Job{Model: m, Opt: mlp.NewSGD(m.Params(), lr, mlp.DefaultMomentum), Data: mlp.NewDataset(dataSeed)}, nil
 }
 
 // State returns the job's state for gyre.WithState: every layer's
