@@ -252,11 +252,13 @@ func TestSurviveFailpoints(t *testing.T) {
 		// Two kills in a row: five workers down to three.
 		{"two-in-a-row", lossJob{n: 5, iters: 80, killAt: map[int]int64{1: 20, 3: 40}}, []int{1, 3}},
 		// A joiner dies while it takes the job's state. The job is paced
-		// to outlast the joiner's admission.
-		{"joiner", lossJob{n: 4, iters: 150, joiner: true, failpoints: map[int]string{4: "recv-state"}, pace: 20 * time.Millisecond}, []int{4}},
+		// (8 s) to outlast the joiner's admission, and in the next case
+		// its admission again: at 150 iterations (3 s) the job ended
+		// first once under CI's load.
+		{"joiner", lossJob{n: 4, iters: 400, joiner: true, failpoints: map[int]string{4: "recv-state"}, pace: 20 * time.Millisecond}, []int{4}},
 		// Worker 0 dies while it sends the job's state to a joiner; the
 		// joiner goes back to pending and is admitted again.
-		{"sender-to-joiner", lossJob{n: 4, iters: 150, joiner: true, failpoints: map[int]string{0: "send-state@1"}, pace: 20 * time.Millisecond}, []int{0}},
+		{"sender-to-joiner", lossJob{n: 4, iters: 400, joiner: true, failpoints: map[int]string{0: "send-state@1"}, pace: 20 * time.Millisecond}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := tc.job.run(t)
