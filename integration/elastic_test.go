@@ -130,9 +130,11 @@ func checkMembers(t *testing.T, key, seed string, dataAddrs []string) {
 	for range 10 {
 		cmd := exec.Command(gyretest.Gyre(t), "--log-level", "warn", "members", "--seed", seed, "--json", "--wait", "500ms")
 		cmd.Env = append(os.Environ(), "GYRE_KEY="+key)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("gyre members: %v\n%s", err, out)
+			t.Fatalf("gyre members: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
 		}
 		last = string(out)
 		var rows []struct {
