@@ -258,3 +258,60 @@ func TestBalanceCapsSharesAtDeviceMemory(t *testing.T) {
 		t.Fatalf("final shares %v, want rank 0 at its cap of %d and the rest split", s, capSamples)
 	}
 }
+
+// TestLeaveStartsFromTheModels: of 4 workers, worker 3 takes 4× as long
+// per sample. When worker 0 leaves, the view of 3 starts from the shares
+// the fitted models give, the same on every member, not from equal ones.
+func TestLeaveStartsFromTheModels(t *testing.T) {
+	const global, leaveAt, iters, slow = 24, 25, 30, 3
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Gossip: true,
+		Config: func(r int, c *gyre.Config) { c.GlobalBatch = global }})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	started := make([][]int, 4) // the shares the view of 3 started from
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		perSample := time.Millisecond
+		if r == slow {
+			perSample *= 4
+		}
+		g := make([]float64, 8)
+		for w.Iter() < iters {
+			b := w.Batch()
+			time.Sleep(time.Duration(len(b.Indices)) * perSample)
+			w.AllReduceAsync64(ctx, "g", g)
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+			if r == 0 && b.Iter == leaveAt {
+				w.RequestLeave()
+			}
+			ch, err := w.Boundary(ctx)
+			if err != nil {
+				return err
+			}
+			if ch.Left {
+				return nil
+			}
+			if ch.ViewChanged && len(ch.View.Members) == 3 {
+				started[r] = ch.Shares
+			}
+			if err := w.Commit(); err != nil {
+				return err
+			}
+		}
+		return w.Leave(ctx)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := 2; r < 4; r++ {
+		if !slices.Equal(started[r], started[1]) {
+			t.Fatalf("the view of 3 started from different shares: %v", started[1:])
+		}
+	}
+	// Rates 1, 1 and 0.25 per ms: about 10.7, 10.7 and 2.7 of 24. Equal
+	// shares would be 8 each.
+	if s := started[1]; len(s) != 3 || s[2] > 5 || s[0] < 9 || s[1] < 9 {
+		t.Fatalf("the view of 3 started from shares %v; want the slow worker (rank 2) near 3 of %d", s, global)
+	}
+}

@@ -150,8 +150,10 @@
 // and sends the model in its boundary record; every worker then derives
 // the same next shares from the table, moving samples from slow workers to
 // fast ones, damped, while the global batch stays exact. BalanceStatic
-// keeps equal shares, or Config.Shares. A new view starts from equal
-// shares. With Config.BytesPerSample, a worker's share is capped at its
+// keeps equal shares, or Config.Shares. A new view (a join, a leave or a
+// recovery) starts from the shares the members' fitted models give, a
+// joiner taking an equal share, and from equal shares under
+// BalanceStatic. With Config.BytesPerSample, a worker's share is capped at its
 // device's memory headroom over it (WithDevice; the GPU at LocalRank by
 // default), from a view's first iteration on.
 //

@@ -365,9 +365,10 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	}
 	w.forgetDeparted()
 	rank := slices.IndexFunc(d.Members, func(m member) bool { return m.ID == self })
-	// A new view starts from equal shares and a fresh balance state, which
-	// a joiner has too.
-	epoch, shares := old.view.Epoch+1, EqualShares(w.cfg.GlobalBatch, len(d.Members))
+	// A new view starts from the shares the members' fitted models give
+	// (a joiner, with none, an equal share) and a fresh balance state,
+	// which a joiner has too.
+	epoch, shares := old.view.Epoch+1, w.startShares(peerIDs(d.Members), w.fits)
 	w.bst = balance.State{}
 	var oldRanks []int
 	for r, m := range d.Members {

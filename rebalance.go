@@ -1,11 +1,15 @@
 package gyre
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"slices"
 
 	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // balanceRecord feeds the iteration's compute time to this worker's
@@ -79,6 +83,82 @@ func (w *Worker) capShares(recs []record) {
 	}
 	w.log.Info().Ints("from", vs.shares).Ints("to", next).Msg("shares capped at device memory")
 	vs.shares = next
+}
+
+// keepFits keeps the models and share bounds of a boundary table that
+// every member of vs judged.
+func (w *Worker) keepFits(vs *viewState, recs []record) {
+	if w.cfg.Balance != BalanceLBBSP {
+		return
+	}
+	w.fits = make(map[transport.PeerID]balance.Worker, len(recs))
+	for r, rec := range recs {
+		w.fits[vs.ids[r]] = balance.Worker{Model: rec.model, Min: int(rec.minShare), Max: int(rec.maxShare)}
+	}
+}
+
+// startShares returns the shares a view of members starts from: under
+// LB-BSP those balance.Start gives from fits (a member with none counts
+// as a joiner), else, or if no shares meet the bounds, equal shares.
+// Every member that holds the same fits computes the same shares.
+func (w *Worker) startShares(members []transport.PeerID, fits map[transport.PeerID]balance.Worker) []int {
+	equal := EqualShares(w.cfg.GlobalBatch, len(members))
+	if w.cfg.Balance != BalanceLBBSP {
+		return equal
+	}
+	ws := make([]balance.Worker, len(members))
+	for r, id := range members {
+		f, ok := fits[id]
+		if !ok {
+			f = balance.Worker{Min: w.minShare()}
+		}
+		ws[r] = f
+	}
+	shares, err := balance.Start(ws, w.cfg.GlobalBatch)
+	if err != nil {
+		w.log.Warn().Err(err).Msg("the members' models give no shares for the new view; it starts from equal shares")
+		return equal
+	}
+	return shares
+}
+
+// fitWords is how many int64 one member's fit takes in syncFits.
+const fitWords = 5
+
+// syncFits brings every member of the current view the fits of root's
+// last table, root being the holder of a recovery's winning commit, and
+// sets the shares the view starts from by them: the members' own tables
+// may differ, as a failed boundary ends differently on each.
+func (w *Worker) syncFits(ctx context.Context, root int) error {
+	vs := w.cur
+	words := make([]int64, fitWords*len(vs.ids))
+	if vs.rank == root {
+		for r, id := range vs.ids {
+			f, ok := w.fits[id]
+			if !ok {
+				continue // no model: zeros
+			}
+			flat := int64(0)
+			if f.Model.Flat {
+				flat = 1
+			}
+			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, flat, int64(f.Min), int64(f.Max)})
+		}
+	}
+	if err := ring.Broadcast(ctx, vs.data, root, words); err != nil {
+		return fmt.Errorf("gyre: broadcast of the balance models from rank %d: %w", root, err)
+	}
+	fits := make(map[transport.PeerID]balance.Worker, len(vs.ids))
+	for r, id := range vs.ids {
+		x := words[fitWords*r : fitWords*(r+1)]
+		if x[1] > 0 { // a known rate; else the member counts as new
+			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], Flat: x[2] == 1},
+				Min: int(x[3]), Max: int(x[4])}
+		}
+	}
+	w.fits = fits
+	vs.shares = w.startShares(vs.ids, fits)
+	return nil
 }
 
 // minShare is the smallest share a worker may get: 1, or 0 with

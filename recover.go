@@ -231,6 +231,7 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	if rank < 0 {
 		return Change{}, fmt.Errorf("gyre: the recovered view of epoch %d does not list this worker", in.View.Epoch)
 	}
+	// Equal until syncFits brings the holder's models (LB-BSP).
 	shares := EqualShares(w.cfg.GlobalBatch, len(members))
 	vs, err := w.newViewState(in.View.Epoch, members, rank, shares, old.data.Bandwidth())
 	if err != nil {
@@ -265,7 +266,11 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	if holder < 0 {
 		return Change{}, fmt.Errorf("gyre: the state's holder %s is not in the recovered view", in.Winner.Holder)
 	}
-	if err := w.confirm(ctx, w.syncState(ctx, holder), holder); err != nil {
+	err = w.syncState(ctx, holder)
+	if err == nil && w.cfg.Balance == BalanceLBBSP {
+		err = w.syncFits(ctx, holder)
+	}
+	if err := w.confirm(ctx, err, holder); err != nil {
 		return Change{}, silentCause(ctx, err)
 	}
 	if want := in.Winner.Commit.Digest; want != 0 {
@@ -293,7 +298,7 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	}
 	w.meta.publish(w.nodeMeta(in.View.Epoch, rank))
 	w.nextCheck, w.lastVote = w.iter, time.Now()
-	w.bst = balance.State{} // as after any view change: shares start equal
+	w.bst = balance.State{} // as after any view change
 	// Lost is against the view this worker ran: a view installed by the
 	// protocol but never started here (in.Lost's reference) dropped some.
 	lost := make([]string, len(dropped))

@@ -40,6 +40,10 @@ type lossJob struct {
 	// pace is a sleep per iteration, so that the job outlasts a freeze
 	// or a rejoin.
 	pace time.Duration
+	// perSample: worker i sleeps perSample[i] for each sample of its
+	// share, between Batch and its collectives: compute time, which
+	// LB-BSP balances.
+	perSample map[int]time.Duration
 }
 
 // recoveryRun is what one worker saw.
@@ -48,6 +52,7 @@ type recoveryRun struct {
 	died     bool     // killed, from outside or at its failpoint
 	redos    int      // boundaries that returned Redo
 	lost     []string // the workers those named lost
+	shares   [][]int  // the shares each Redo started from
 	admitted []string // the workers boundaries admitted
 	iter     int64    // the iteration it ended at
 	err      error
@@ -143,6 +148,7 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		}
 		time.Sleep(j.pace)
 		b := w.Batch()
+		time.Sleep(time.Duration(len(b.Indices)) * j.perSample[i])
 		g := m.grad(b.Indices)
 		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
 		w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
@@ -161,6 +167,7 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		if ch.Redo {
 			run.redos++
 			run.lost = append(run.lost, ch.Lost...)
+			run.shares = append(run.shares, ch.Shares)
 		}
 		run.admitted = append(run.admitted, ch.Admitted...)
 		if err := w.Commit(); err != nil {
@@ -186,6 +193,27 @@ func TestSurviveKill(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecoveredViewStartsFromTheModels: of 4 workers, worker 3 takes 4×
+// as long per sample. When worker 0 dies, the recovered view of 3 starts
+// from the shares the fitted models give, the same on every survivor,
+// not from equal ones.
+func TestRecoveredViewStartsFromTheModels(t *testing.T) {
+	const slow = 3
+	per := map[int]time.Duration{0: time.Millisecond, 1: time.Millisecond, 2: time.Millisecond, slow: 4 * time.Millisecond}
+	runs := lossJob{n: 4, iters: 40, killAt: map[int]int64{0: 25}, perSample: per}.run(t)
+	first := runs[1].shares
+	for i := 1; i < 4; i++ {
+		if len(runs[i].shares) != 1 || !slices.Equal(runs[i].shares[0], first[0]) {
+			t.Fatalf("worker %d's Redos started from shares %v; worker 1's %v: want one Redo, the same", i, runs[i].shares, first)
+		}
+	}
+	// Rates 1, 1 and 0.25 per ms: about 10.7, 10.7 and 2.7 of 24. Equal
+	// shares would be 8 each.
+	if s := first[0]; s[2] > 5 || s[0] < 9 || s[1] < 9 {
+		t.Fatalf("the recovered view of 3 started from shares %v; want the slow worker (rank 2) near 3 of %d", s, lossGlobal)
 	}
 }
 

@@ -228,6 +228,10 @@ type Worker struct {
 	// is the share decision's state, the same on every member.
 	est balance.Estimator
 	bst balance.State
+	// fits are the models and share bounds of the members in the last
+	// boundary table every member judged (LB-BSP): a new view's shares
+	// start from them.
+	fits map[transport.PeerID]balance.Worker
 	// device reports the worker's compute device, for its memory cap;
 	// held is the share of the last iteration this worker computed, whose
 	// memory its allocator may still hold (0 before its first).
@@ -867,6 +871,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		}
 		return Change{}, err
 	}
+	w.keepFits(vs, recs)
 	d, err := decideView(w.iter, vs.members, recs, known, w.batchFit())
 	if err != nil {
 		return Change{}, w.settle(ctx, vs, err)
