@@ -87,8 +87,9 @@
 // also a worker whose collectives failed: one allgather of a small record
 // per worker on a control channel of its own, apart from the gradients.
 // All judge the same table, so all return the same outcome: the next
-// iteration, or the same error everywhere (an *IterationError naming the
-// ranks whose collectives failed, ErrDiverged naming the ranks whose
+// iteration, a Redo everywhere (a lost worker, or in a gossip job a first
+// mismatch at an iteration), or the same error everywhere (an
+// *IterationError naming the ranks whose collectives failed, ErrDiverged naming the ranks whose
 // iteration, shares or state differ, or a *PeerLostError naming a worker
 // that died or froze). The record carries a digest of the state about to
 // be committed, checked at every boundary while hashing costs at most 1%

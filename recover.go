@@ -47,7 +47,7 @@ func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	own := recovery.Commit{Epoch: rc.commitEpoch, Iter: uint64(w.iter), Digest: digest}
 	rc.rank.Committed(own)
 	w.log.Warn().Err(cause).Uint64("epoch", old.view.Epoch).Int64("commit", w.iter).
-		Msg("lost touch with a member: recovering")
+		Msg("the view failed: recovering")
 
 	// The quorum timer runs from the failure, and again from every view
 	// installed but not started: an install proves a majority answered.

@@ -44,18 +44,25 @@ type lossJob struct {
 	// share, between Batch and its collectives: compute time, which
 	// LB-BSP balances.
 	perSample map[int]time.Duration
+	// mismatchAt: the first mismatches runs of iteration mismatchAt[i]
+	// reduce one element fewer on worker i than on the others.
+	mismatchAt map[int]int64
+	mismatches int
+	// failing: the job is meant to end in an error, which the test checks.
+	failing bool
 }
 
 // recoveryRun is what one worker saw.
 type recoveryRun struct {
-	id       string   // the worker's ID
-	died     bool     // killed, from outside or at its failpoint
-	redos    int      // boundaries that returned Redo
-	lost     []string // the workers those named lost
-	shares   [][]int  // the shares each Redo started from
-	admitted []string // the workers boundaries admitted
-	iter     int64    // the iteration it ended at
-	err      error
+	id         string   // the worker's ID
+	died       bool     // killed, from outside or at its failpoint
+	redos      int      // boundaries that returned Redo
+	lost       []string // the workers those named lost
+	shares     [][]int  // the shares each Redo started from
+	mismatched int      // iterations it ran with a wrong size
+	admitted   []string // the workers boundaries admitted
+	iter       int64    // the iteration it ended at
+	err        error
 }
 
 const lossGlobal = 24
@@ -120,6 +127,7 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 	for i, run := range runs {
 		switch {
 		case run.died:
+		case run.err != nil && j.failing:
 		case run.err != nil:
 			t.Errorf("worker %d: %v", i, run.err)
 		case run.iter != j.iters:
@@ -150,8 +158,13 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		b := w.Batch()
 		time.Sleep(time.Duration(len(b.Indices)) * j.perSample[i])
 		g := m.grad(b.Indices)
+		g1 := g[toyDim/2:]
+		if at, ok := j.mismatchAt[i]; ok && b.Iter == at && run.mismatched < j.mismatches {
+			run.mismatched++
+			g1 = g1[:len(g1)-1]
+		}
 		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
-		w.AllReduceAsync64(ctx, "g1", g[toyDim/2:])
+		w.AllReduceAsync64(ctx, "g1", g1)
 		if err := w.Wait(ctx); err != nil {
 			t.Logf("worker %d: iteration %d: %v (Boundary recovers)", i, b.Iter, err)
 		} else {
@@ -215,6 +228,35 @@ func TestRecoveredViewStartsFromTheModels(t *testing.T) {
 	if s := first[0]; s[2] > 5 || s[0] < 9 || s[1] < 9 {
 		t.Fatalf("the recovered view of 3 started from shares %v; want the slow worker (rank 2) near 3 of %d", s, lossGlobal)
 	}
+}
+
+// TestMismatchRedoneOnce: worker 1 reduces a tensor one element short in
+// iteration 20, once. Every member redoes the iteration from its last
+// commit in a view of all four, naming nobody lost, and the job ends where
+// one process ends. The same mismatch twice at one iteration is a
+// trainer's bug: every member's Boundary then fails with the
+// *IterationError that names it.
+func TestMismatchRedoneOnce(t *testing.T) {
+	t.Run("once", func(t *testing.T) {
+		runs := lossJob{n: 4, iters: 40, mismatchAt: map[int]int64{1: 20}, mismatches: 1}.run(t)
+		for i, run := range runs {
+			if run.redos != 1 || len(run.lost) != 0 {
+				t.Errorf("worker %d: %d redos naming %v lost; want 1 naming nobody", i, run.redos, run.lost)
+			}
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		runs := lossJob{n: 4, iters: 40, mismatchAt: map[int]int64{1: 20}, mismatches: 2, failing: true}.run(t)
+		for i, run := range runs {
+			var ie *gyre.IterationError
+			if !errors.As(run.err, &ie) || ie.Iter != 20 || !slices.Contains(ie.Reasons, "mismatch") {
+				t.Errorf("worker %d: %v; want iteration 20 failed with a mismatch", i, run.err)
+			}
+			if run.redos != 1 {
+				t.Errorf("worker %d: %d redos; want 1, before the second mismatch", i, run.redos)
+			}
+		}
+	})
 }
 
 // TestRecoverWithNobodyGone: a collective fails with a lost peer while

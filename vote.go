@@ -326,6 +326,29 @@ func peerGoneIn(recs []record) bool {
 	return false
 }
 
+// redoMismatch reports whether a failed table is a mismatch to redo: the
+// only failures are mismatches, and none was redone at this iteration
+// before. A second one at the same iteration is a trainer's bug, and
+// terminal. Every member judges the same table at the same iteration with
+// the same history, so all decide alike.
+func (w *Worker) redoMismatch(recs []record) bool {
+	seen := false
+	for _, rec := range recs {
+		switch rec.status {
+		case statusOK:
+		case statusMismatch:
+			seen = true
+		default:
+			return false
+		}
+	}
+	if !seen || w.redoneMismatch == w.iter {
+		return false
+	}
+	w.redoneMismatch = w.iter
+	return true
+}
+
 // failures lists the ranks whose record reports a failed collective, as an
 // *IterationError, or nil if none did.
 func failures(recs []record, iter int64, local error) error {

@@ -232,6 +232,10 @@ type Worker struct {
 	// boundary table every member judged (LB-BSP): a new view's shares
 	// start from them.
 	fits map[transport.PeerID]balance.Worker
+
+	// redoneMismatch is the iteration whose mismatch was last redone
+	// (redoMismatch), -1 for none.
+	redoneMismatch int64
 	// device reports the worker's compute device, for its memory cap;
 	// held is the share of the last iteration this worker computed, whose
 	// memory its allocator may still hold (0 before its first).
@@ -286,7 +290,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	cfg.Logger = &hooked
 	w := &Worker{failAction: o.failAction, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
-		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}}
+		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}, redoneMismatch: -1}
 	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it
 	// A worker on a device (a GPU) fits the device's flat-then-linear
 	// time model.
@@ -817,7 +821,11 @@ func (w *Worker) flush() {
 //     iteration and returns what changed for it;
 //   - some worker's collective failed with every member there: every
 //     worker returns an *IterationError naming the failed ranks
-//     (ErrIterationFailed), and the iteration stays where it was;
+//     (ErrIterationFailed), and the iteration stays where it was. In a
+//     gossip job, a first mismatch (sizes that differ across workers) at
+//     an iteration is redone instead: every worker returns Redo, from
+//     the last commit, in a view of the same members at the next epoch;
+//     the same mismatch again at that iteration is the error;
 //   - workers disagree about the iteration, shares, decision or state:
 //     every worker returns ErrDiverged naming the ranks;
 //   - a member was lost (it died, froze past PeerTimeout, or was cut
@@ -862,11 +870,13 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		return w.recoverOr(ctx, err)
 	}
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
-		if w.rec != nil && peerGoneIn(recs) {
+		if w.rec != nil && (peerGoneIn(recs) || w.redoMismatch(recs)) {
 			// The vote got through, but a collective of the iteration
-			// lost a peer: one is going, or the links broke. Every member
-			// judged the same table, so all recover together, and a view
-			// with every member still there is a view like any other.
+			// lost a peer (one is going, or the links broke), or its
+			// sizes differed for the first time at this iteration. Every
+			// member judged the same table, so all recover together, and
+			// a view with every member still there is a view like any
+			// other: the iteration is redone from the last commit.
 			return w.recoverView(ctx, err)
 		}
 		return Change{}, err
