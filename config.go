@@ -182,8 +182,9 @@ type Config struct {
 	// alive but late: a GC pause, evaluation or a checkpoint on one rank, a
 	// slow data loader, a straggler. Late is not dead: a peer whose process
 	// still answers heartbeats is waited for this long, after which the
-	// collective fails with a ring.TimeoutError naming it. Default 10
-	// minutes.
+	// collective fails with a ring.TimeoutError naming it, and in a gossip
+	// view the others recover without it (it rejoins as a new member).
+	// Default 10 minutes.
 	CollectiveTimeout time.Duration
 	// PeerTimeout is how long a peer may stay silent (no heartbeat, which
 	// workers send four times per PeerTimeout on a channel of their own)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/recovery"
+	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -26,6 +27,7 @@ import (
 // so, with Redo set. It gives up with ErrNoQuorum after QuorumTimeout.
 func (w *Worker) recoverView(ctx context.Context, cause error) (Change, error) {
 	rc := w.rec
+	defer func() { rc.late = nil }() // evidence for this recovery only
 	start := time.Now()
 	old := w.cur
 	// Nothing of the old view's collectives is read again: the new view
@@ -345,12 +347,13 @@ func silentCause(ctx context.Context, err error) error {
 	return err
 }
 
-// recoverOr recovers from err if it lost a peer in a gossip view, and
-// otherwise returns it: a static view fails fast, and so do a closed
+// recoverOr recovers from err if it lost a peer in a gossip view, or
+// timed out on a late one (the round leaves out whoever does not answer),
+// and otherwise returns it: a static view fails fast, and so do a closed
 // worker and an ended context. A link abandoned after a failed send
 // (ErrNotConnected) is a lost peer's too.
 func (w *Worker) recoverOr(ctx context.Context, err error) (Change, error) {
-	if w.rec == nil || w.closed.Load() || ctx.Err() != nil || !lostPeer(err) {
+	if w.rec == nil || w.closed.Load() || ctx.Err() != nil || !(lostPeer(err) || errors.Is(err, ring.ErrTimeout)) {
 		return Change{}, err
 	}
 	return w.recoverView(ctx, err)

@@ -50,6 +50,12 @@ type lossJob struct {
 	mismatches int
 	// failing: the job is meant to end in an error, which the test checks.
 	failing bool
+	// stallAt: worker i stalls for stall between Batch and its
+	// collectives in iteration stallAt[i], its first run of it; the
+	// workers' CollectiveTimeout is collectiveTimeout (default: Config's).
+	stallAt           map[int]int64
+	stall             time.Duration
+	collectiveTimeout time.Duration
 }
 
 // recoveryRun is what one worker saw.
@@ -60,6 +66,7 @@ type recoveryRun struct {
 	lost       []string // the workers those named lost
 	shares     [][]int  // the shares each Redo started from
 	mismatched int      // iterations it ran with a wrong size
+	stalled    bool     // it stalled at stallAt
 	admitted   []string // the workers boundaries admitted
 	iter       int64    // the iteration it ended at
 	err        error
@@ -83,6 +90,9 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 		Config: func(r int, cfg *gyre.Config) {
 			cfg.GlobalBatch, cfg.PeerTimeout, cfg.QuorumTimeout = lossGlobal, 300*time.Millisecond, 20*time.Second
 			cfg.Failpoint = j.failpoints[r]
+			if j.collectiveTimeout > 0 {
+				cfg.CollectiveTimeout = j.collectiveTimeout
+			}
 		},
 		State: func(r int) *gyre.State {
 			models[r] = newToy()
@@ -157,6 +167,10 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		time.Sleep(j.pace)
 		b := w.Batch()
 		time.Sleep(time.Duration(len(b.Indices)) * j.perSample[i])
+		if at, ok := j.stallAt[i]; ok && b.Iter == at && !run.stalled {
+			run.stalled = true
+			time.Sleep(j.stall)
+		}
 		g := m.grad(b.Indices)
 		g1 := g[toyDim/2:]
 		if at, ok := j.mismatchAt[i]; ok && b.Iter == at && run.mismatched < j.mismatches {
@@ -257,6 +271,34 @@ func TestMismatchRedoneOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLateWorkerIsExcluded: worker 2 of 4 stalls past CollectiveTimeout
+// before its collectives. The others give up on it and recover without
+// it, naming it lost; it rejoins as a new member once it gets there, and
+// all four end where one process ends. A short stall reaches the vote
+// while the others still wait in it, and the vote's table shows it late;
+// a long one misses the vote, which times out, and the recovery's round
+// leaves it out as it never reports.
+func TestLateWorkerIsExcluded(t *testing.T) {
+	const late = 2
+	for _, tc := range []struct {
+		name  string
+		stall time.Duration
+	}{{"in the vote", 1500 * time.Millisecond}, {"after the vote", 4 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, stallAt: map[int]int64{late: 20}, stall: tc.stall,
+				collectiveTimeout: time.Second}.run(t)
+			for i, run := range runs {
+				switch {
+				case i == late && !slices.Equal(run.admitted, []string{run.id}):
+					t.Errorf("worker %d (the late one) was admitted as %v; want itself once, as a new member", i, run.admitted)
+				case i != late && !slices.Equal(run.lost, []string{runs[late].id}):
+					t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, late)
+				}
+			}
+		})
+	}
 }
 
 // TestRecoverWithNobodyGone: a collective fails with a lost peer while

@@ -44,6 +44,11 @@ type recoverer struct {
 	// silent are the members the heartbeats said were gone, for telling
 	// the rank when they are heard again. Only the recovery loop uses it.
 	silent map[transport.PeerID]bool
+	// late are the members a boundary's table found late past
+	// CollectiveTimeout: the recovery under way counts them gone, though
+	// their heartbeats come, so that it leaves them out. Only the
+	// recovery loop and Boundary, on the worker's goroutine, use it.
+	late map[transport.PeerID]bool
 }
 
 // inboxSize bounds the messages buffered while nobody recovers; rounds
@@ -354,7 +359,7 @@ func (rc *recoverer) evidence() []recovery.Output {
 			p := transport.PeerID(m)
 			switch {
 			case p == transport.PeerID(w.cfg.Name):
-			case w.silentAt(p, now):
+			case w.silentAt(p, now) || rc.late[p]:
 				if !rc.silent[p] {
 					w.log.Debug().Str("peer", string(p)).Msg("recovery: evidence that a member is gone")
 				}

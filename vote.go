@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -324,6 +325,39 @@ func peerGoneIn(recs []record) bool {
 		}
 	}
 	return false
+}
+
+// lateRanks returns the ranks that a table whose only failures are
+// timeouts shows late: their compute time (Batch to Wait) exceeds the
+// quickest rank's by at least half of timeout, the others having given up
+// on them after timeout. Nil if there are none, or the table failed
+// otherwise. It depends on the table alone, so every member finds the
+// same ranks.
+func lateRanks(recs []record, timeout time.Duration) []int {
+	quickest, timedOut := int64(math.MaxInt64), false
+	for _, rec := range recs {
+		switch rec.status {
+		case statusOK:
+		case statusTimeout:
+			timedOut = true
+		default:
+			return nil
+		}
+		quickest = min(quickest, rec.compute)
+	}
+	if !timedOut {
+		return nil
+	}
+	var late []int
+	for r, rec := range recs {
+		if rec.compute-quickest >= int64(timeout/2) {
+			late = append(late, r)
+		}
+	}
+	if len(late) == len(recs) {
+		return nil // everyone: nobody to leave out
+	}
+	return late
 }
 
 // redoMismatch reports whether a failed table is a mismatch to redo: the

@@ -870,6 +870,19 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		return w.recoverOr(ctx, err)
 	}
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
+		if late := lateRanks(recs, w.cfg.CollectiveTimeout); w.rec != nil && len(late) > 0 {
+			// A member arrived at the iteration's collectives past
+			// CollectiveTimeout: every member, the late one too, recovers
+			// counting it gone. The view left holds the others; the
+			// late one rejoins as a new member.
+			w.rec.late = map[transport.PeerID]bool{}
+			for _, r := range late {
+				w.rec.late[vs.ids[r]] = true
+			}
+			w.log.Warn().Ints("late", late).Dur("collective_timeout", w.cfg.CollectiveTimeout).
+				Msg("members late past CollectiveTimeout: recovering without them")
+			return w.recoverView(ctx, err)
+		}
 		if w.rec != nil && (peerGoneIn(recs) || w.redoMismatch(recs)) {
 			// The vote got through, but a collective of the iteration
 			// lost a peer (one is going, or the links broke), or its
