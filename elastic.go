@@ -518,6 +518,15 @@ func (w *Worker) sendWelcome(ctx context.Context, j member, rank int, wel welcom
 			j.ID, j.Addr, rank, wel.Epoch, w.cfg.ConnectTimeout, err)
 	}
 	w.redialIfMoved(j.ID, j.Addr)
+	// A worker back after the job recovered without it may have left
+	// streams here since this member forgot it: an abort marker it sent
+	// on resuming, say, that nothing has read. Marked left behind, they
+	// give way to its streams of the new view instead of ending in a
+	// failed receive when it closes them.
+	if ro, ok := w.t.(transport.Reopener); ok {
+		ro.Reopen(j.ID, transport.ChanData)
+		ro.Reopen(j.ID, transport.ChanControl)
+	}
 	if err := connectPeer(ctx, w.t, j.ID, j.Addr, nil); err != nil {
 		return fail(err)
 	}

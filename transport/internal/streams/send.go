@@ -240,6 +240,8 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 			if fired || err != nil {
 				// Out of step, or closed by the cancel: the next Send
 				// starts on new streams.
+				t.log.Debug().Str("peer", string(oc.op.id)).Stringer("channel", oc.ch).Bool("cancelled", fired).
+					AnErr("error", err).Msg("send cut short; the next send opens new streams")
 				oc.resetStreams()
 			}
 			if err == nil {
