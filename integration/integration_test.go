@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,12 @@ import (
 
 func TestMain(m *testing.M) { gyretest.Main(m) }
 
-// runs is how many times the divergence tests repeat.
+// runs is how many times the divergence tests repeat: GYRE_RUNS, else 20
+// with GYRE_LONG_TESTS, else 3.
 func runs() int {
+	if n, err := strconv.Atoi(os.Getenv("GYRE_RUNS")); err == nil && n > 0 {
+		return n
+	}
 	if os.Getenv("GYRE_LONG_TESTS") == "1" {
 		return 20
 	}
