@@ -98,7 +98,8 @@ func (sl *inSlot) signalLocked() {
 // to closers. t.mu must be held.
 func (sl *inSlot) killLocked(err error, closers []io.Closer) []io.Closer {
 	if len(sl.gens) == 0 {
-		sl.gens = append(sl.gens, &inGen{err: err})
+		// Current, not left behind by a Reopen: a Recv reports it.
+		sl.gens = append(sl.gens, &inGen{err: err, accepted: sl.t.reopens})
 	}
 	for _, g := range sl.gens {
 		closers = g.killLocked(err, closers)
@@ -403,7 +404,8 @@ func (sl *inSlot) waitStream(ctx context.Context, g *inGen, s int) (*inGen, *inS
 			}
 			if g != nil && (len(sl.gens) == 0 || sl.gens[len(sl.gens)-1] != g) {
 				// Stripes join only the newest generation: this one's
-				// was reset before its hello and will never come.
+				// missing stripe will never come to it (reset before its
+				// hello, or late and given to the newer one).
 				t.mu.Unlock()
 				return nil, nil, errStripeMissing
 			}
