@@ -100,7 +100,9 @@
 //
 // Late is not dead. A peer that is slow to reach a collective (a GC pause,
 // evaluation or a checkpoint on one rank, a straggler) is waited for up to
-// Config.CollectiveTimeout (10 minutes). A peer whose process stops
+// Config.CollectiveTimeout (10 minutes); past it, in a gossip job, the
+// others recover without it and it rejoins as a new member once it gets
+// there. A peer whose process stops
 // answering heartbeats, which travel on a channel of their own, is
 // declared gone after Config.PeerTimeout (2 s): killed, stopped or cut off.
 //

@@ -122,8 +122,14 @@ func (w *Worker) startShares(members []transport.PeerID, fits map[transport.Peer
 	return shares
 }
 
-// fitWords is how many int64 one member's fit takes in syncFits.
+// fitWords is how many int64 one member's fit takes in syncFits: the
+// model's fixed time and rate, flags (fitKept, fitFlat), Min and Max.
 const fitWords = 5
+
+const (
+	fitKept = 1 << iota // the holder's table has the member
+	fitFlat             // its model is flat-then-linear
+)
 
 // syncFits brings every member of the current view the fits of root's
 // last table, root being the holder of a recovery's winning commit, and
@@ -136,13 +142,13 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 		for r, id := range vs.ids {
 			f, ok := w.fits[id]
 			if !ok {
-				continue // no model: zeros
+				continue // not in the table: zeros
 			}
-			flat := int64(0)
+			flags := int64(fitKept)
 			if f.Model.Flat {
-				flat = 1
+				flags |= fitFlat
 			}
-			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, flat, int64(f.Min), int64(f.Max)})
+			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, flags, int64(f.Min), int64(f.Max)})
 		}
 	}
 	if err := ring.Broadcast(ctx, vs.data, root, words); err != nil {
@@ -151,8 +157,8 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 	fits := make(map[transport.PeerID]balance.Worker, len(vs.ids))
 	for r, id := range vs.ids {
 		x := words[fitWords*r : fitWords*(r+1)]
-		if x[1] > 0 { // a known rate; else the member counts as new
-			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], Flat: x[2] == 1},
+		if x[2]&fitKept != 0 { // with its bounds, even without a model yet
+			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], Flat: x[2]&fitFlat != 0},
 				Min: int(x[3]), Max: int(x[4])}
 		}
 	}

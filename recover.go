@@ -268,12 +268,15 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	if holder < 0 {
 		return Change{}, fmt.Errorf("gyre: the state's holder %s is not in the recovered view", in.Winner.Holder)
 	}
-	err = w.syncState(ctx, holder)
-	if err == nil && w.cfg.Balance == BalanceLBBSP {
-		err = w.syncFits(ctx, holder)
-	}
-	if err := w.confirm(ctx, err, holder); err != nil {
+	if err := w.confirm(ctx, w.syncState(ctx, holder), holder); err != nil {
 		return Change{}, silentCause(ctx, err)
+	}
+	// Only once every member confirmed the state: a member whose
+	// transfer failed must not leave the others waiting in a broadcast.
+	if w.cfg.Balance == BalanceLBBSP {
+		if err := w.syncFits(ctx, holder); err != nil {
+			return Change{}, silentCause(ctx, err)
+		}
 	}
 	if want := in.Winner.Commit.Digest; want != 0 {
 		if got, err := w.state.Digest(); err != nil || got != want {

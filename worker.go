@@ -825,7 +825,9 @@ func (w *Worker) flush() {
 //     gossip job, a first mismatch (sizes that differ across workers) at
 //     an iteration is redone instead: every worker returns Redo, from
 //     the last commit, in a view of the same members at the next epoch;
-//     the same mismatch again at that iteration is the error;
+//     the same mismatch again at that iteration is the error. A rank
+//     late past CollectiveTimeout is left out as if lost (below), and
+//     rejoins as a new member when it gets there;
 //   - workers disagree about the iteration, shares, decision or state:
 //     every worker returns ErrDiverged naming the ranks;
 //   - a member was lost (it died, froze past PeerTimeout, or was cut
