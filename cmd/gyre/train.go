@@ -153,8 +153,10 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	var paramsOut *os.File
 	if fl.paramsFile != "" {
-		// Created now, so that a bad path fails before the training does.
-		if paramsOut, err = os.Create(fl.paramsFile); err != nil {
+		// Opened now, so that a bad path fails before the training does;
+		// truncated only when the parameters are written, so that a failed
+		// run leaves an earlier file whole.
+		if paramsOut, err = os.OpenFile(fl.paramsFile, os.O_WRONLY|os.O_CREATE, 0o666); err != nil {
 			return fmt.Errorf("--save-params: %w", err)
 		}
 		defer paramsOut.Close()
@@ -285,6 +287,9 @@ func shareList(shares []int) string {
 // after another, and closes f: what a reader needs to compare two runs'
 // models.
 func saveParams(f *os.File, params [][]float64) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
 	w := bufio.NewWriter(f)
 	for _, p := range params {
 		if err := binary.Write(w, binary.LittleEndian, p); err != nil {

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +124,32 @@ func TestMetricsWriterWritesEachIteration(t *testing.T) {
 	}
 	if bad.err == nil || bad.err.Error() != "disk full" {
 		t.Fatalf("write error %v, want disk full", bad.err)
+	}
+}
+
+// TestSaveParamsReplacesTheFile: an earlier, longer file is replaced by
+// the parameters alone, as little-endian float64s in order.
+func TestSaveParamsReplacesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "params")
+	if err := os.WriteFile(path, make([]byte, 1000), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := saveParams(f, [][]float64{{1, -2}, {0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for i := 0; i+8 <= len(b); i += 8 {
+		got = append(got, math.Float64frombits(binary.LittleEndian.Uint64(b[i:])))
+	}
+	if len(b) != 24 || !slices.Equal(got, []float64{1, -2, 0.5}) {
+		t.Fatalf("the file holds %d bytes, %v; want 24, [1 -2 0.5]", len(b), got)
 	}
 }
