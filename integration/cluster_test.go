@@ -185,16 +185,30 @@ func TestClusterRecovery(t *testing.T) {
 		// 3 could finish 2 s after it went back to pending.
 		const iters = 5000
 		j := startNSJob(t, 4, iters)
+		cut := time.Now()
 		for _, i := range []string{"1", "2", "3"} {
 			j.cluster(t, "partition", i, "4")
 		}
-		// Long enough for the 3 to recover without host 4, short of
-		// --quorum-timeout. (After 10 s, host 4's dials to the members
-		// time out even once the partition has healed, until its quorum
-		// timeout: not understood yet.)
-		time.Sleep(5 * time.Second)
+		// Long enough for the 3 to recover without host 4 and for gossip
+		// on both sides to hold the other dead, short of --quorum-timeout
+		// (20 s, counted from host 4's failure). GYRE_PARTITION sets
+		// another.
+		hold := 10 * time.Second
+		if d, err := time.ParseDuration(os.Getenv("GYRE_PARTITION")); err == nil {
+			hold = d
+		}
+		time.Sleep(hold)
 		for _, i := range []string{"1", "2", "3"} {
 			j.cluster(t, "heal", i, "4")
+		}
+		healed := time.Now()
+		for time.Since(healed) < time.Minute {
+			if strings.Contains(j.procs[3].err.String(), "rejoining as a new member") {
+				t.Logf("host 4 learnt it was left out %v after the heal, %v after the partition began (held %v)",
+					time.Since(healed).Round(10*time.Millisecond), healed.Sub(cut).Round(10*time.Millisecond), hold)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		j.finished(t, iters, 1, 2, 3, 4)
 		if !strings.Contains(j.procs[3].err.String(), "rejoining as a new member") {
