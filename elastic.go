@@ -57,7 +57,7 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 	self := w.self()
 	w.node, err = membership.Start(membership.Config{Name: cfg.Name, Listen: cfg.Listen, Advertise: cfg.Advertise,
 		Key: sec.GossipKey(), Meta: w.nodeMeta(0, -1), Local: cfg.GossipTiming == GossipLocal,
-		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Logger: w.log})
+		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Logger: w.log, Block: w.gossipCut})
 	if err != nil {
 		return err
 	}

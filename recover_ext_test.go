@@ -56,6 +56,12 @@ type lossJob struct {
 	stallAt           map[int]int64
 	stall             time.Duration
 	collectiveTimeout time.Duration
+	// cutAt: at the start of iteration cutAt[i], its first run of it,
+	// worker i is cut off from the others, gossip included (gyretest's
+	// Partition), for cutFor; gossip then declares members dead within
+	// about half a second.
+	cutAt  map[int]int64
+	cutFor time.Duration
 }
 
 // recoveryRun is what one worker saw.
@@ -67,6 +73,7 @@ type recoveryRun struct {
 	shares     [][]int  // the shares each Redo started from
 	mismatched int      // iterations it ran with a wrong size
 	stalled    bool     // it stalled at stallAt
+	cut        bool     // it was cut off at cutAt
 	admitted   []string // the workers boundaries admitted
 	iter       int64    // the iteration it ended at
 	err        error
@@ -92,6 +99,9 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 			cfg.Failpoint = j.failpoints[r]
 			if j.collectiveTimeout > 0 {
 				cfg.CollectiveTimeout = j.collectiveTimeout
+			}
+			if j.cutAt != nil {
+				cfg.GossipProbeInterval, cfg.GossipSuspicionMult = 100*time.Millisecond, 2
 			}
 		},
 		State: func(r int) *gyre.State {
@@ -158,6 +168,11 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 			run.died = true
 			c.Kill(t, i)
 			return nil
+		}
+		if at, ok := j.cutAt[i]; ok && w.Iter() == at && !run.cut {
+			run.cut = true
+			c.Partition(t, []int{i})
+			time.AfterFunc(j.cutFor, func() { c.Heal(t) })
 		}
 		if at, ok := j.freezeAt[i]; ok && w.Iter() == at && !frozen {
 			frozen = true
@@ -298,6 +313,24 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCutOffWorkerRejoins: worker 3 of 4 is cut off, data and gossip,
+// for 2 s. The others recover without it and name it lost; on each side
+// gossip declares the other dead. After the heal it learns it was left
+// out, joins gossip again, and is admitted as a new member; all four end
+// where one process ends.
+func TestCutOffWorkerRejoins(t *testing.T) {
+	const cut = 3
+	runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, cutAt: map[int]int64{cut: 20}, cutFor: 2 * time.Second}.run(t)
+	for i, run := range runs {
+		switch {
+		case i == cut && !slices.Equal(run.admitted, []string{run.id}):
+			t.Errorf("worker %d (cut off) was admitted as %v; want itself once, as a new member", i, run.admitted)
+		case i != cut && !slices.Equal(run.lost, []string{runs[cut].id}):
+			t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, cut)
+		}
 	}
 }
 

@@ -127,6 +127,7 @@ type options struct {
 	t          transport.Transport
 	hooks      Hooks
 	device     func() (kernels.Device, bool)
+	gossipCut  func(addr string) bool
 }
 
 // WithState registers the trainer's state: Join makes every worker's
@@ -142,6 +143,13 @@ func WithTransport(t transport.Transport) Option { return func(o *options) { o.t
 
 // WithHooks sets the trainer-side span hooks.
 func WithHooks(h Hooks) Option { return func(o *options) { o.hooks = h } }
+
+// WithGossipBlock, for tests (gyretest's Partition), cuts the worker's
+// gossip to the gossip addresses block reports true for, as a cut network
+// would (membership.Config.Block). It is called on gossip's goroutines.
+func WithGossipBlock(block func(addr string) bool) Option {
+	return func(o *options) { o.gossipCut = block }
+}
 
 // WithDevice sets how the worker learns the compute device it trains on.
 // probe returns false when there is none: the worker is then a CPU
@@ -222,6 +230,7 @@ type Worker struct {
 	// worker dies there instead of its process; died says it has.
 	failAt     failpoint
 	failAction func()
+	gossipCut  func(addr string) bool // WithGossipBlock
 	died       atomic.Bool
 
 	// est fits this worker's compute model from its own iterations; bst
@@ -288,7 +297,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	base := cfg.logger()
 	hooked := base.Hook(rankHook{rank})
 	cfg.Logger = &hooked
-	w := &Worker{failAction: o.failAction, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+	w := &Worker{failAction: o.failAction, gossipCut: o.gossipCut, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
 		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}, redoneMismatch: -1}
 	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it

@@ -76,6 +76,10 @@ type Cluster struct {
 
 	o   Options
 	key string
+	// cut maps each gossip address to its group while Partition holds
+	// (nil otherwise); the workers' gossip blocks read it.
+	cutMu sync.Mutex
+	cut   map[string]int
 }
 
 // Start joins o.N workers concurrently and returns them with their Join
@@ -227,7 +231,21 @@ func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID, cfg gyre.Co
 	if c.o.Unreachable != nil && c.o.Unreachable(r) {
 		opts = append(opts, c.unreachable(tb, cfg))
 	}
+	if c.o.Gossip {
+		self := cfg.Listen
+		opts = append(opts, gyre.WithGossipBlock(func(addr string) bool { return c.gossipCut(self, addr) }))
+	}
 	return opts
+}
+
+// gossipCut reports whether Partition puts the gossip addresses from and
+// to in different groups.
+func (c *Cluster) gossipCut(from, to string) bool {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	gf, okF := c.cut[from]
+	gt, okT := c.cut[to]
+	return okF && okT && gf != gt
 }
 
 // unreachable returns the Join option that makes the worker with cfg
@@ -409,19 +427,35 @@ func (c *Cluster) Freeze(tb testing.TB, rank int) { c.mem(tb).Freeze(c.IDs[rank]
 func (c *Cluster) Thaw(tb testing.TB, rank int) { c.mem(tb).Thaw(c.IDs[rank]) }
 
 // Partition cuts the cluster into groups of ranks: messages between groups
-// are lost. Ranks in no group form one more group.
+// are lost, the workers' gossip included (Options.Gossip). Ranks in no
+// group form one more group.
 func (c *Cluster) Partition(tb testing.TB, groups ...[]int) {
 	ids := make([][]transport.PeerID, len(groups))
+	cut := map[string]int{}
+	for r := range c.GossipAddrs {
+		cut[c.GossipAddrs[r]] = len(groups) // in no group
+	}
 	for i, g := range groups {
 		for _, r := range g {
 			ids[i] = append(ids[i], c.IDs[r])
+			if r < len(c.GossipAddrs) {
+				cut[c.GossipAddrs[r]] = i
+			}
 		}
 	}
 	c.mem(tb).Partition(ids...)
+	c.cutMu.Lock()
+	c.cut = cut
+	c.cutMu.Unlock()
 }
 
-// Heal removes the partition.
-func (c *Cluster) Heal(tb testing.TB) { c.mem(tb).Heal() }
+// Heal removes the partition, gossip's included.
+func (c *Cluster) Heal(tb testing.TB) {
+	c.mem(tb).Heal()
+	c.cutMu.Lock()
+	c.cut = nil
+	c.cutMu.Unlock()
+}
 
 // EnsureSameState fails the test, naming the ranks, unless every
 // registered state has rank 0's digest.

@@ -2,11 +2,13 @@ package membership
 
 import (
 	"bytes"
+	"errors"
 	"log"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -32,11 +34,33 @@ type guardedTransport struct {
 	flood   *floodlog.Log
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	block   func(addr string) bool // Config.Block
+}
+
+// errCut is a stream's failure to an address Config.Block cuts.
+var errCut = errors.New("membership: gossip to this address is cut (Config.Block)")
+
+// WriteToAddress sends a packet, or loses it if the address is cut.
+// (memberlist calls these node-aware forms, not WriteTo and DialTimeout,
+// which end in them.)
+func (g *guardedTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if g.block != nil && g.block(a.Addr) {
+		return time.Now(), nil
+	}
+	return g.NetTransport.WriteToAddress(b, a)
+}
+
+// DialAddressTimeout opens a stream, or fails if the address is cut.
+func (g *guardedTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if g.block != nil && g.block(a.Addr) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errCut}
+	}
+	return g.NetTransport.DialAddressTimeout(a, timeout)
 }
 
 // newNetTransport binds memberlist's transport at host:port (port 0: any
 // free port, for TCP and UDP alike) and guards it.
-func newNetTransport(host string, port int, logger *log.Logger, flood *floodlog.Log) (*guardedTransport, error) {
+func newNetTransport(host string, port int, logger *log.Logger, flood *floodlog.Log, block func(string) bool) (*guardedTransport, error) {
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: logger}
 	// With port 0 the TCP and UDP binds may race other processes for the
 	// same number; memberlist itself tries again, so do the same.
@@ -56,7 +80,7 @@ func newNetTransport(host string, port int, logger *log.Logger, flood *floodlog.
 		return nil, err
 	}
 	g := &guardedTransport{NetTransport: nt, streams: make(chan net.Conn), slots: make(chan struct{}, maxStreams),
-		flood: flood, stop: make(chan struct{})}
+		flood: flood, stop: make(chan struct{}), block: block}
 	g.wg.Add(1)
 	go g.forward()
 	return g, nil

@@ -47,6 +47,11 @@ type Config struct {
 	Forget time.Duration
 	// Logger receives memberlist's log, at memberlist's levels.
 	Logger zerolog.Logger
+	// Block, for tests, cuts this node's gossip to the addresses it
+	// reports true for, as a cut network would: packets to them are lost
+	// and streams to them fail. A cut needs it on both sides. It is
+	// called on memberlist's goroutines. Nil: nothing is cut.
+	Block func(addr string) bool
 }
 
 // Node is this process's membership in the cluster.
@@ -120,7 +125,7 @@ func Start(cfg Config) (*Node, error) {
 	flood := floodlog.New(floodlog.Config{Logger: zl, What: "connections and packets to the gossip port"})
 	lw := &logWriter{log: zl, flood: flood}
 	mc.Logger = log.New(lw, "", 0)
-	gt, err := newNetTransport(host, port, mc.Logger, flood)
+	gt, err := newNetTransport(host, port, mc.Logger, flood, cfg.Block)
 	if err != nil {
 		flood.Close()
 		return nil, fmt.Errorf("membership: start gossip on %s: %w", cfg.Listen, err)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -397,3 +398,53 @@ func TestGossipPortFlood(t *testing.T) {
 
 // floodlogTotal is the flood log's default total of lines per window.
 const floodlogTotal = 4
+
+// TestBlockCutsGossip: Config.Block cuts one node off on both sides. Each
+// side then holds the other dead; once the cut heals, a Join from the cut
+// node (as a worker that rejoins does) brings all three back alive.
+func TestBlockCutsGossip(t *testing.T) {
+	key := gossipKey(t)
+	var cut atomic.Bool
+	var addrs [3]atomic.Value // each node's gossip address, once started
+	names := []string{"w0", "w1", "w2"}
+	nodes := make([]*membership.Node, 3)
+	for i, name := range names {
+		n, err := membership.Start(membership.Config{Name: name, Listen: "127.0.0.1:0", Key: key, Local: true,
+			ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2,
+			Meta:   membership.Meta{DataAddr: "127.0.0.1:9" + name[1:], Job: "j", Role: membership.RoleWorker, Rank: -1},
+			Logger: testLogger(t),
+			Block: func(addr string) bool {
+				cutOff, _ := addrs[2].Load().(string)
+				return cut.Load() && (i == 2) != (addr == cutOff)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		addrs[i].Store(n.Addr())
+		nodes[i] = n
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, n := range nodes[1:] {
+		if err := n.Join(ctx, []string{nodes[0].Addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converged(t, nodes, 3)
+	cut.Store(true)
+	for _, n := range nodes[:2] {
+		waitState(t, n, "w2", membership.Dead)
+	}
+	waitState(t, nodes[2], "w0", membership.Dead)
+	waitState(t, nodes[2], "w1", membership.Dead)
+	cut.Store(false)
+	if err := nodes[2].Join(ctx, []string{nodes[0].Addr(), nodes[1].Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		for _, name := range names {
+			waitState(t, n, name, membership.Alive)
+		}
+	}
+}
