@@ -80,6 +80,9 @@ type viewDecision struct {
 	Admitted, Left []member
 	// Start says the view is large enough for iteration 0 (before it).
 	Start bool
+	// Promoted says the view changes only to count its joiners as
+	// voters (promoteJoiners).
+	Promoted bool
 	// Capped counts joiners every member listed but MaxWorkers, or a
 	// global batch too small for one more minimum share, kept out.
 	Capped int
@@ -134,6 +137,20 @@ func decideView(iter int64, cur []member, recs []record, known map[uint64]member
 	d.Changed = len(d.Admitted) > 0 || len(d.Left) > 0
 	d.Start = int64(len(d.Members)) >= minWorkers
 	return d, nil
+}
+
+// promoteJoiners makes d a view change when it is none and the current
+// view has joiners: the same members at the next epoch, in which they
+// vote. A joiner counts for no majority in the view that admitted it,
+// as it held none of its state; by the next boundary it holds the state
+// and a commit like any member, and a job that grew from one seed by
+// joiners would otherwise hang on that seed's life. Every member holds
+// the same view, so all decide alike.
+func promoteJoiners(d *viewDecision, joiners []transport.PeerID) {
+	if d.Changed || len(joiners) == 0 {
+		return
+	}
+	d.Changed, d.Promoted = true, true
 }
 
 func listedByAll(recs []record, h uint64) bool {

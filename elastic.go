@@ -421,6 +421,9 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	if len(d.Left) > 0 {
 		ev = ev.Strs("left", memberIDs(d.Left))
 	}
+	if d.Promoted {
+		ev = ev.Bool("joiners_vote", true)
+	}
 	ev.Msg("view changed")
 	if !prestart && len(d.Members) < w.cfg.MinWorkers {
 		w.log.Warn().Int("world", len(d.Members)).Int("min_workers", w.cfg.MinWorkers).

@@ -62,6 +62,9 @@ type lossJob struct {
 	// about half a second.
 	cutAt  map[int]int64
 	cutFor time.Duration
+	// killAfterJoin: worker i is killed killAfterJoin[i] iterations
+	// after its view first grew past the one it started in.
+	killAfterJoin map[int]int64
 }
 
 // recoveryRun is what one worker saw.
@@ -162,7 +165,16 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 // train is worker i's loop, the documented one.
 func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, w *gyre.Worker, m *toy, run *recoveryRun) error {
 	frozen := false
+	size, grewAt := w.Size(), int64(-1)
 	for w.Iter() < j.iters {
+		if grewAt < 0 && w.Size() > size {
+			grewAt = w.Iter()
+		}
+		if n, ok := j.killAfterJoin[i]; ok && grewAt >= 0 && w.Iter() >= grewAt+n {
+			run.died = true
+			c.Kill(t, i)
+			return nil
+		}
 		if at, ok := j.killAt[i]; ok && w.Iter() == at {
 			time.Sleep(100 * time.Millisecond)
 			run.died = true
@@ -330,6 +342,20 @@ func TestCutOffWorkerRejoins(t *testing.T) {
 			t.Errorf("worker %d (cut off) was admitted as %v; want itself once, as a new member", i, run.admitted)
 		case i != cut && !slices.Equal(run.lost, []string{runs[cut].id}):
 			t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, cut)
+		}
+	}
+}
+
+// TestJoinerVotesAfterItsFirstBoundary: a job of 2 admits a third worker.
+// The view that admits it counts it for no majority; its first boundary
+// moves to a view in which it votes. Then worker 1 dies: worker 0 and the
+// joiner are 2 of 3 voters, a majority, and go on to the end. Without the
+// promotion they would be 1 of 2, and end with ErrNoQuorum.
+func TestJoinerVotesAfterItsFirstBoundary(t *testing.T) {
+	runs := lossJob{n: 2, iters: 400, joiner: true, pace: 20 * time.Millisecond, killAfterJoin: map[int]int64{1: 5}}.run(t)
+	for _, i := range []int{0, 2} {
+		if !slices.Equal(runs[i].lost, []string{runs[1].id}) {
+			t.Errorf("worker %d: its Redos name %v lost; want worker 1", i, runs[i].lost)
 		}
 	}
 }

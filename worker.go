@@ -911,6 +911,7 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 		return Change{}, w.settle(ctx, vs, err)
 	}
 	w.noteCapped(d)
+	promoteJoiners(&d, vs.joiners)
 	if rec.digest != 0 {
 		w.nextCheck = w.iter + checkInterval(recs)
 	}
