@@ -42,13 +42,13 @@ const exploreSteps = 20
 // a leaver, and with boundary, the faults strike during the barrier of
 // a boundary that adds the joiner or drops the leaver (see scenario).
 type setup struct {
-	joiner, leaver, boundary bool
-	advanced                 uint
+	joiner, leaver, boundary, promote bool
+	advanced                          uint
 }
 
 func (su setup) scenario(n int, faults []fault, at []int) scenario {
-	return scenario{n: n, joiner: su.joiner, leaver: su.leaver, boundary: su.boundary, advanced: su.advanced,
-		faults: faults, at: at}
+	return scenario{n: n, joiner: su.joiner, leaver: su.leaver, boundary: su.boundary, promote: su.promote,
+		advanced: su.advanced, faults: faults, at: at}
 }
 
 // explore runs, for n ranks, every first fault alone and then with every
@@ -183,7 +183,9 @@ func TestSimulationJoinerLeaver(t *testing.T) {
 
 // boundarySetups are the boundaries explored for n ranks: one that drops
 // the leaver and one that adds the joiner, each with nobody, rank 0 only,
-// or every rank but the last past the barrier when the faults strike.
+// or every rank but the last past the barrier when the faults strike;
+// and one that makes the initial view's joiner a voter, with nobody or
+// rank 0 only past it.
 func boundarySetups(n int) []setup {
 	var out []setup
 	for _, su := range []setup{{leaver: true, boundary: true}, {joiner: true, boundary: true}} {
@@ -191,6 +193,11 @@ func boundarySetups(n int) []setup {
 			su.advanced = adv
 			out = append(out, su)
 		}
+	}
+	// A boundary that only makes the joiner a voter: nobody advanced, and
+	// rank 0 alone (the others' recovery counts over the older view).
+	for _, adv := range []uint{0, 1} {
+		out = append(out, setup{joiner: true, boundary: true, promote: true, advanced: adv})
 	}
 	return out
 }
@@ -208,7 +215,7 @@ func TestSimulationBoundary(t *testing.T) {
 	}
 	for n := 3; n <= maxN; n++ {
 		for _, su := range boundarySetups(n) {
-			t.Run(fmt.Sprintf("%d/joiner=%v/advanced=%b", n, su.joiner, su.advanced), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%d/joiner=%v/promote=%v/advanced=%b", n, su.joiner, su.promote, su.advanced), func(t *testing.T) {
 				steps := stepsLimit()
 				if steps > 0 {
 					steps = exploreSteps / 2

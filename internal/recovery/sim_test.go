@@ -117,12 +117,16 @@ func blips(n int) []fault {
 // which drops the leaver (rank 1) or adds the joiner (the last rank, then
 // pending: no member of epoch 1). Every member of epoch 1 holds the table
 // (Decided); the ranks in advanced passed the barrier and run in epoch 2
-// (Advanced), the others do not yet. The leaver leaves at once.
+// (Advanced), the others do not yet. The leaver leaves at once. With
+// promote too, the joiner is a member of epoch 1 that holds the state and
+// commit like the others, and the boundary moves to the same members at
+// epoch 2 with no joiners, in which it votes.
 type scenario struct {
 	n        int
 	joiner   bool // the last rank joined in the initial view (or, with boundary, joins at it)
 	leaver   bool // rank 1 asked to leave in the initial view
 	boundary bool
+	promote  bool // with boundary and joiner: the boundary only makes the joiner a voter
 	advanced uint // with boundary, bit i: rank i passed the barrier
 	faults   []fault
 	at       []int
@@ -139,6 +143,9 @@ func (sc scenario) String() string {
 	}
 	if sc.leaver {
 		b.WriteString(" leaver")
+	}
+	if sc.promote {
+		b.WriteString(" promote")
 	}
 	if sc.boundary {
 		fmt.Fprintf(&b, " boundary advanced=%b", sc.advanced)
@@ -256,7 +263,7 @@ func newSim(sc scenario) *sim {
 	for i := range n {
 		s.ids = append(s.ids, ID(fmt.Sprintf("r%d", i)))
 	}
-	pendingJoiner := sc.boundary && sc.joiner
+	pendingJoiner := sc.boundary && sc.joiner && !sc.promote
 	s.initial = View{Epoch: 1, Members: slices.Clone(s.ids)}
 	if pendingJoiner {
 		s.initial.Members = s.initial.Members[:n-1]
@@ -293,7 +300,7 @@ func newSim(sc scenario) *sim {
 			c = Commit{Epoch: 1, Iter: 8, Digest: digest(8)}
 		}
 		v := s.initial
-		if sc.joiner && i == n-1 {
+		if sc.joiner && i == n-1 && !sc.promote {
 			c = Commit{}
 			if pendingJoiner {
 				v = View{} // pending: no view, no table
@@ -328,10 +335,10 @@ func (s *sim) startBoundary() {
 			next.Members = append(next.Members, m)
 		}
 	}
-	if s.sc.joiner {
+	if s.sc.joiner && !s.sc.promote {
 		next.Joiners = []ID{s.ids[s.n-1]}
 	}
-	if next.Same(View{Epoch: 2, Members: s.initial.Members}) {
+	if !s.sc.promote && next.Same(View{Epoch: 2, Members: s.initial.Members}) {
 		panic("a boundary scenario needs a joiner or a leaver")
 	}
 	holder := next.Voters()[0]
