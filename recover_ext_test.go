@@ -316,14 +316,7 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, stallAt: map[int]int64{late: 20}, stall: tc.stall,
 				collectiveTimeout: time.Second}.run(t)
-			for i, run := range runs {
-				switch {
-				case i == late && !slices.Equal(run.admitted, []string{run.id}):
-					t.Errorf("worker %d (the late one) was admitted as %v; want itself once, as a new member", i, run.admitted)
-				case i != late && !slices.Equal(run.lost, []string{runs[late].id}):
-					t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, late)
-				}
-			}
+			checkLeftOutAndBack(t, runs, late)
 		})
 	}
 }
@@ -336,12 +329,19 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 func TestCutOffWorkerRejoins(t *testing.T) {
 	const cut = 3
 	runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, cutAt: map[int]int64{cut: 20}, cutFor: 2 * time.Second}.run(t)
+	checkLeftOutAndBack(t, runs, cut)
+}
+
+// checkLeftOutAndBack checks that every other worker's Redos named worker
+// out lost, once, and that out was admitted again as itself, once.
+func checkLeftOutAndBack(t *testing.T, runs []recoveryRun, out int) {
+	t.Helper()
 	for i, run := range runs {
 		switch {
-		case i == cut && !slices.Equal(run.admitted, []string{run.id}):
-			t.Errorf("worker %d (cut off) was admitted as %v; want itself once, as a new member", i, run.admitted)
-		case i != cut && !slices.Equal(run.lost, []string{runs[cut].id}):
-			t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, cut)
+		case i == out && !slices.Equal(run.admitted, []string{run.id}):
+			t.Errorf("worker %d (left out) was admitted as %v; want itself once, as a new member", i, run.admitted)
+		case i != out && !slices.Equal(run.lost, []string{runs[out].id}):
+			t.Errorf("worker %d: its Redos name %v lost; want worker %d", i, run.lost, out)
 		}
 	}
 }
