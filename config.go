@@ -195,8 +195,9 @@ type Config struct {
 	PeerTimeout time.Duration
 	// Failpoint, for tests of recovery only, makes the worker die at a
 	// named step of its protocols, as kill -9 would: "vote",
-	// "send-state", "recv-state", "propose" or "install", optionally with "@ITER",
-	// the first iteration at which it may (see FailVote and the others).
+	// "send-state", "recv-state", "propose", "install" or "probe",
+	// optionally with "@ITER", the first iteration at which it may (see
+	// FailVote and the others).
 	// Never set it in a real job.
 	Failpoint string
 	// QuorumTimeout is how long a worker that lost touch with a majority

@@ -284,7 +284,7 @@ func (w *Worker) admit(ctx context.Context) (bool, error) {
 	}
 	w.noteCapped(d)
 	if d.Changed {
-		if err := w.changeView(ctx, d, !d.Start); err != nil {
+		if err := w.changeView(ctx, d, w.iter, !d.Start); err != nil {
 			return false, err
 		}
 		if w.left {
@@ -315,7 +315,9 @@ func (w *Worker) noteCapped(d viewDecision) {
 // view's communicators cuts off nothing a peer still needs. A member that
 // asked to leave then leaves; the others welcome the joiners, build the
 // new view's communicators, and, if workers joined, bring them the state.
-func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) error {
+// The view starts at iteration iter: installing it sets the worker's
+// iteration, shares and a fresh balance state together.
+func (w *Worker) changeView(ctx context.Context, d viewDecision, iter int64, prestart bool) error {
 	old := w.cur
 	self := old.ids[old.rank]
 	leaving := slices.ContainsFunc(d.Left, func(m member) bool { return m.ID == self })
@@ -323,7 +325,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	for _, m := range d.Members {
 		next.Members = append(next.Members, recovery.ID(m.ID))
 	}
-	joiners := viewJoiners(w.iter, d.Admitted)
+	joiners := viewJoiners(iter, d.Admitted)
 	for _, id := range joiners {
 		next.Joiners = append(next.Joiners, recovery.ID(id))
 	}
@@ -334,7 +336,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		w.rec.rank.Decided(next)
 	}
 	if err := old.ctrl.Barrier(ctx); err != nil && !leaving {
-		return w.lost(old, w.iter-1, err)
+		return w.lost(old, iter-1, err)
 	}
 	if w.rec != nil && !leaving {
 		w.rec.rank.Advanced(next, w.rec.rank.Commit())
@@ -351,7 +353,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 			w.log.Debug().Err(err).Msg("waiting for the farewells of the members that stay")
 		}
 		cancel()
-		w.log.Info().Int64("iter", w.iter).Msg("left the job at the boundary, as requested")
+		w.log.Info().Int64("iter", iter).Msg("left the job at the boundary, as requested")
 		return errors.Join(w.leaveGossip(), w.Close())
 	}
 	if len(d.Left) > 0 {
@@ -369,7 +371,6 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	// (a joiner, with none, an equal share) and a fresh balance state,
 	// which a joiner has too.
 	epoch, shares := old.view.Epoch+1, w.startShares(peerIDs(d.Members), w.fits)
-	w.bst = balance.State{}
 	var oldRanks []int
 	for r, m := range d.Members {
 		if old.rankOf(m.ID) >= 0 {
@@ -385,7 +386,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 	// The joiners' handshakes end before anything of the view change
 	// touches their links.
 	w.adm.setView(d.Members)
-	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: w.iter, Members: d.Members, Shares: shares,
+	wel := welcome{Version: welcomeVersion, Epoch: epoch, Iter: iter, Members: d.Members, Shares: shares,
 		Old: oldRanks, Prestart: prestart}
 	// Every joiner answered every member moments ago, so these connects
 	// take milliseconds; ConnectTimeout keeps one that has become
@@ -402,6 +403,7 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, prestart bool) 
 		return err
 	}
 	vs.joiners = joiners
+	w.iter, w.bst = iter, balance.State{}
 	w.setView(vs)
 	if err := w.connectView(cctx, vs); err != nil {
 		return fmt.Errorf("gyre: connecting the view of epoch %d (ConnectTimeout %v, --connect-timeout): %w", epoch, w.cfg.ConnectTimeout, err)

@@ -31,9 +31,12 @@ const (
 	// FailInstall: a member of the view a recovery decided, as it starts
 	// that view: its peers have agreed on a view that holds it.
 	FailInstall = "install"
+	// FailProbe: at a boundary that measures the links again, as the
+	// probes begin; its peers are probing it.
+	FailProbe = "probe"
 )
 
-var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose, FailInstall}
+var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose, FailInstall, FailProbe}
 
 // failpoint is a parsed Config.Failpoint.
 type failpoint struct {

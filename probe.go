@@ -54,15 +54,27 @@ const probeAck = 1
 // boundary every reprobeEvery iterations.
 func (w *Worker) arrangeRing(ctx context.Context) error {
 	vs := w.cur
+	order, err := w.probeOrder(ctx, vs)
+	if err != nil || order == nil {
+		return err
+	}
+	return vs.setOrder(order)
+}
+
+// probeOrder measures vs's links and returns the ring order they give, or
+// nil if the ring keeps its order: a view smaller than minOrderedRing, or
+// RingOrder not auto, is never probed.
+func (w *Worker) probeOrder(ctx context.Context, vs *viewState) ([]int, error) {
 	n := len(vs.ids)
 	if w.cfg.RingOrder != RingOrderAuto || n < minOrderedRing {
-		return nil
+		return nil, nil
 	}
+	w.fail(FailProbe)
 	start := time.Now()
 	table := make([]int64, n*n)
 	copy(table[vs.rank*n:], w.probeLinks(ctx, vs))
 	if err := ring.AllGather(ctx, vs.ctrl, table); err != nil {
-		return fmt.Errorf("gyre: gather the link probes: %w", err)
+		return nil, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
 	speed := make([][]int64, n)
 	for r := range speed {
@@ -78,16 +90,12 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 	order := ring.ChooseOrder(speed)
 	if vs.probed && slices.Equal(order, vs.order) {
 		w.log.Debug().Ints("order", vs.ringOrder()).Dur("took", time.Since(start)).Msg("ring order kept after link probes")
-		return nil
+		return nil, nil
 	}
-	if err := vs.data.SetOrder(order); err != nil {
-		return err
-	}
-	vs.order, vs.probed = order, true
-	w.log.Info().Ints("order", vs.ringOrder()).Float64("slowest_link_mb_s", slowestLink(speed, vs.ringOrder())/1e6).
+	w.log.Info().Ints("order", order).Float64("slowest_link_mb_s", slowestLink(speed, order)/1e6).
 		Float64("address_order_slowest_mb_s", slowestLink(speed, ring.RankOrder(n))/1e6).Dur("took", time.Since(start)).
 		Msg("ring ordered from link probes")
-	return nil
+	return order, nil
 }
 
 // mbPerSec converts speeds in bytes per second to whole MB/s, for logs.
@@ -252,4 +260,13 @@ func (vs *viewState) ringOrder() []int {
 		return ring.RankOrder(len(vs.ids))
 	}
 	return slices.Clone(vs.order)
+}
+
+// setOrder runs vs's ring in order, one that its link probes chose.
+func (vs *viewState) setOrder(order []int) error {
+	if err := vs.data.SetOrder(order); err != nil {
+		return err
+	}
+	vs.order, vs.probed = order, true
+	return nil
 }

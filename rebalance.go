@@ -186,16 +186,16 @@ func (w *Worker) batchFit() int {
 }
 
 // rebalance decides the next shares from the boundary's table, the same
-// on every member, and reports whether they changed. It waits until every
-// worker has a model (a joiner's first iteration gives it one). A table
-// no shares can satisfy keeps the shares and says why, on every member.
-func (w *Worker) rebalance(recs []record) bool {
-	vs := w.cur
+// on every member: nil if they stay, with the balance state that chose
+// them. It waits until every worker has a model (a joiner's first
+// iteration gives it one). A table no shares can satisfy keeps the shares
+// and says why, on every member.
+func (w *Worker) rebalance(vs *viewState, recs []record) ([]int, balance.State) {
 	ws := make([]balance.Worker, len(recs))
 	changed := false
 	for r, rec := range recs {
 		if !rec.model.Known() {
-			return false
+			return nil, w.bst
 		}
 		ws[r] = balance.Worker{Model: rec.model, Min: int(rec.minShare), Max: int(rec.maxShare)}
 		changed = changed || rec.speedChanged
@@ -203,11 +203,10 @@ func (w *Worker) rebalance(recs []record) bool {
 	next, st, err := balance.Step(balance.Params{}, w.bst, ws, vs.shares, w.cfg.GlobalBatch, changed)
 	if err != nil {
 		w.log.Warn().Err(err).Ints("shares", vs.shares).Msg("shares kept")
-		return false
+		return nil, w.bst
 	}
-	w.bst = st
 	if slices.Equal(next, vs.shares) {
-		return false
+		return nil, st
 	}
 	if e := w.log.Debug(); e.Enabled() {
 		models := make([]string, len(ws))
@@ -217,6 +216,5 @@ func (w *Worker) rebalance(recs []record) bool {
 		e.Ints("from", vs.shares).Ints("to", next).Bool("speed_changed", changed).Strs("models", models).
 			Float64("predicted_s", balance.Predict(ws, next)).Msg("shares rebalanced")
 	}
-	vs.shares = next
-	return true
+	return next, st
 }

@@ -3,6 +3,8 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -171,4 +173,60 @@ func TestRingOrderFollowsLinkChanges(t *testing.T) {
 		}
 	}
 	c.EnsureSameState(t)
+}
+
+// TestFailedBoundaryKeepsItsIteration: in a static view of 4, worker 3
+// dies as the boundary of iteration 3 probes the links again. The others
+// fail that Boundary with ErrPeerLost, and it leaves them as it found
+// them: the iteration, shares and ring order of iteration 3, with nothing
+// of the boundary's decisions applied.
+func TestFailedBoundaryKeepsItsIteration(t *testing.T) {
+	defer gyre.SetReprobeEvery(4)()
+	models := make([]*toy, 4)
+	var c *gyretest.Cluster
+	c = gyretest.MakeCluster(t, gyretest.Options{N: 4,
+		Config: func(r int, cfg *gyre.Config) {
+			cfg.GlobalBatch = 40
+			if r == 3 {
+				cfg.Failpoint = "probe@3"
+			}
+		},
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			return models[r].state()
+		},
+		Options: func(r int) []gyre.Option {
+			return []gyre.Option{gyre.WithFailAction(func() {
+				c.Kill(t, r)
+				runtime.Goexit()
+			})}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		for {
+			iter, shares, order := w.Iter(), w.Shares(), w.View().RingOrder
+			err := trainStep(ctx, w, models[r])
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, gyre.ErrPeerLost) {
+				return fmt.Errorf("worker %d at iteration %d: %w, want ErrPeerLost", r, iter, err)
+			}
+			switch {
+			case iter != 3:
+				return fmt.Errorf("worker %d failed at iteration %d, want 3: %w", r, iter, err)
+			case w.Iter() != iter:
+				return fmt.Errorf("worker %d: the failed boundary of iteration %d left it at %d", r, iter, w.Iter())
+			case !slices.Equal(w.Shares(), shares):
+				return fmt.Errorf("worker %d: the failed boundary changed the shares from %v to %v", r, shares, w.Shares())
+			case !slices.Equal(w.View().RingOrder, order):
+				return fmt.Errorf("worker %d: the failed boundary changed the ring from %v to %v", r, order, w.View().RingOrder)
+			}
+			return nil
+		}
+	})
+	if err := errors.Join(errs[:3]...); err != nil {
+		t.Fatal(err)
+	}
 }
