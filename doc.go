@@ -109,7 +109,9 @@
 // State. Commit copies the registered tensors, metadata and the iteration
 // aside; Restore and Abandon copy them back, as Horovod's elastic state
 // does. An error in the trainer's own code midway through an iteration is
-// handled by Abandon, on every worker, and running the iteration again.
+// handled by Abandon, on every worker, and running the iteration again;
+// in a gossip job, even after a failed collective, which the next
+// Boundary then recovers from.
 //
 // Views. A view is an epoch and its members in rank order. In the static
 // view Config.Peers lists every worker's data-plane address in rank order,

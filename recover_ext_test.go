@@ -3,6 +3,7 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -65,6 +66,9 @@ type lossJob struct {
 	// killAfterJoin: worker i is killed killAfterJoin[i] iterations
 	// after its view first grew past the one it started in.
 	killAfterJoin map[int]int64
+	// abandon: a worker whose Wait fails abandons the iteration, as after
+	// an error of its own, and runs it again once before its Boundary.
+	abandon bool
 }
 
 // recoveryRun is what one worker saw.
@@ -78,6 +82,7 @@ type recoveryRun struct {
 	stalled    bool     // it stalled at stallAt
 	cut        bool     // it was cut off at cutAt
 	admitted   []string // the workers boundaries admitted
+	abandoned  int      // iterations it abandoned after a failed Wait
 	iter       int64    // the iteration it ended at
 	err        error
 }
@@ -166,6 +171,7 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, w *gyre.Worker, m *toy, run *recoveryRun) error {
 	frozen := false
 	size, grewAt := w.Size(), int64(-1)
+	abandonedAt := int64(-1)
 	for w.Iter() < j.iters {
 		if grewAt < 0 && w.Size() > size {
 			grewAt = w.Iter()
@@ -206,7 +212,18 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		}
 		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
 		w.AllReduceAsync64(ctx, "g1", g1)
-		if err := w.Wait(ctx); err != nil {
+		if err := w.Wait(ctx); err != nil && j.abandon && abandonedAt != b.Iter {
+			t.Logf("worker %d: iteration %d: %v (abandoned and run again)", i, b.Iter, err)
+			abandonedAt = b.Iter
+			run.abandoned++
+			if err := w.Abandon(ctx); err != nil {
+				return fmt.Errorf("abandon iteration %d after a failed Wait: %w", b.Iter, err)
+			}
+			if w.Iter() != b.Iter {
+				return fmt.Errorf("abandon iteration %d restored iteration %d, the last commit was %d", b.Iter, w.Iter(), b.Iter)
+			}
+			continue
+		} else if err != nil {
 			t.Logf("worker %d: iteration %d: %v (Boundary recovers)", i, b.Iter, err)
 		} else {
 			m.step(g)
@@ -296,6 +313,36 @@ func TestMismatchRedoneOnce(t *testing.T) {
 			if run.redos != 1 {
 				t.Errorf("worker %d: %d redos; want 1, before the second mismatch", i, run.redos)
 			}
+		}
+	})
+}
+
+// TestAbandonAfterAFailedCollective: the workers whose Wait fails treat
+// it as an error of their own: they abandon the iteration and run it
+// again. In a gossip job Abandon restores the commit, the collectives run
+// again fail at once, and the Boundary recovers as it would have: for a
+// first mismatch (everyone alive) and for a kill.
+func TestAbandonAfterAFailedCollective(t *testing.T) {
+	t.Run("mismatch", func(t *testing.T) {
+		runs := lossJob{n: 4, iters: 40, mismatchAt: map[int]int64{1: 20}, mismatches: 1, abandon: true}.run(t)
+		for i, run := range runs {
+			if run.abandoned != 1 || run.redos != 1 {
+				t.Errorf("worker %d abandoned %d iterations and redid %d; want 1 and 1", i, run.abandoned, run.redos)
+			}
+		}
+	})
+	t.Run("kill", func(t *testing.T) {
+		const victim = 2
+		runs := lossJob{n: 4, iters: 40, killAt: map[int]int64{victim: 20}, abandon: true}.run(t)
+		abandoned := 0
+		for i, run := range runs {
+			if i != victim && run.redos != 1 {
+				t.Errorf("worker %d redid %d iterations; want 1", i, run.redos)
+			}
+			abandoned += run.abandoned
+		}
+		if abandoned == 0 {
+			t.Error("no survivor's Wait failed, so none abandoned: the test tested nothing")
 		}
 	})
 }

@@ -990,15 +990,25 @@ func (w *Worker) rollBack() error {
 // submitting the same gradients, so their collectives stay in step; a
 // worker that fails alone is a lost worker, which the recovery layer
 // handles.
+//
+// After a failed collective, in a gossip job, Abandon restores the commit
+// all the same and returns nil: the view stays failed, so the collectives
+// of the iteration run again fail at once, and the next Boundary recovers
+// as it would have. In a static view it returns the failure.
 func (w *Worker) Abandon(ctx context.Context) error {
 	err := w.Wait(ctx)
 	if err != nil && len(w.pending) > 0 {
 		return err // ctx ended while gradients were still in flight
 	}
-	if w.failed != nil {
-		return fmt.Errorf("gyre: abandon iteration %d: %w", w.iter, w.failed)
+	failed := w.failed
+	if failed != nil && w.rec == nil {
+		return fmt.Errorf("gyre: abandon iteration %d: %w", w.iter, failed)
 	}
-	return w.Restore()
+	if err := w.Restore(); err != nil {
+		return err
+	}
+	w.failed = failed // the next boundary's record says so
+	return nil
 }
 
 // Leave ends the job: every worker of the view calls it after the loop,

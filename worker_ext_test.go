@@ -721,6 +721,32 @@ func train(ctx context.Context, w *gyre.Worker, m *toy, iters, failAt int64, che
 	return nil
 }
 
+// TestStaticAbandonAfterAFailureFails: a static view stays fail-fast.
+// After a collective failed (here sizes that differ), Abandon returns
+// the failure instead of restoring, and the iteration stays where it was.
+func TestStaticAbandonAfterAFailureFails(t *testing.T) {
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 2})
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		w.Batch()
+		w.AllReduceAsync64(ctx, "g", make([]float64, 8+r))
+		if err := w.Wait(ctx); !errors.Is(err, ring.ErrMismatch) {
+			return fmt.Errorf("rank %d: Wait returned %v, want a mismatch", r, err)
+		}
+		if err := w.Abandon(ctx); !errors.Is(err, ring.ErrMismatch) {
+			return fmt.Errorf("rank %d: Abandon after the failure returned %v, want the mismatch", r, err)
+		}
+		if w.Iter() != 0 {
+			return fmt.Errorf("rank %d: at iteration %d after Abandon, want 0", r, w.Iter())
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAbandonAndRedo checks that an iteration abandoned midway and redone
 // ends exactly where an uninterrupted run does, on every worker.
 func TestAbandonAndRedo(t *testing.T) {
