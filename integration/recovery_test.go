@@ -348,6 +348,9 @@ func testStoppedWorkerRejoins(t *testing.T, tr string) {
 			continue
 		}
 		digests[m[2]] = append(digests[m[2]], res.Rank)
+		if res.Rank == victim && !strings.Contains(res.Stdout, "rejoined as a new member") {
+			t.Errorf("the resumed worker's console does not say it rejoined:\n%s", res.Stdout)
+		}
 	}
 	if len(digests) != 1 {
 		t.Errorf("the workers ended with %d digests: %v", len(digests), digests)

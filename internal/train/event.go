@@ -25,6 +25,10 @@ const (
 	// Recovered: the job lost workers and went on without them, from
 	// the newest commit of the survivors (Iter).
 	Recovered
+	// Rejoined: the job recovered without this worker (it was stopped,
+	// starved or cut off), and it came back as a new member, from the
+	// job's newest commit (Iter).
+	Rejoined
 )
 
 // Event is a membership event: what a console shows between the rows of
@@ -77,7 +81,7 @@ func lostEvent(w *gyre.Worker, err error) (Event, bool) {
 // job's view changes and losses (rank 1 the loss of rank 0).
 func (e Event) Lead() bool {
 	switch e.Kind {
-	case Joined:
+	case Joined, Rejoined:
 		return true
 	case Lost:
 		if e.Err != nil && e.Err.Unresponsive > 0 {
@@ -104,7 +108,13 @@ func (e Event) String() string {
 		if len(e.Departed) > 0 {
 			s += ", departed " + strings.Join(e.Departed, " ")
 		}
+		if len(e.Admitted)+len(e.Departed) == 0 {
+			s += "; the workers admitted last now count for a majority"
+		}
 		return s
+	case Rejoined:
+		return fmt.Sprintf("rank %d/%d rejoined as a new member after the job went on without it: epoch %d, going on from iteration %d",
+			e.Rank, e.World, e.Epoch, e.Iter)
 	case Recovered:
 		return fmt.Sprintf("recovered without %s: epoch %d, %d workers, going on from iteration %d",
 			strings.Join(e.Departed, " "), e.Epoch, e.World, e.Iter)

@@ -133,6 +133,20 @@ func smallJob(t *testing.T) *Job {
 	return j
 }
 
+// TestEventRejoinedAndPromoted: a worker the job went on without says so
+// on its own console when it is back, and a view change that only makes
+// the last joiners voters says that, not a bare epoch.
+func TestEventRejoinedAndPromoted(t *testing.T) {
+	promoted := Event{Kind: ViewChanged, Iter: 7, Epoch: 3, World: 3}
+	if s := promoted.String(); !strings.HasSuffix(s, "now count for a majority") {
+		t.Errorf("a view change with nobody admitted or departed reads %q; want it to say the joiners now vote", s)
+	}
+	back := Event{Kind: Rejoined, Iter: 1600, Epoch: 5, Rank: 1, World: 3, ID: "w-b"}
+	if s := back.String(); !back.Lead() || !strings.HasPrefix(s, "rank 1/3 rejoined as a new member") || !strings.Contains(s, "iteration 1600") {
+		t.Errorf("rejoined worker's event %q (lead %v), want it to say so and show", s, back.Lead())
+	}
+}
+
 // TestEventStalledWorker: a worker that was itself unresponsive reports
 // that on its own line, naming itself rather than the peer it found
 // silent; an ordinary loss is reported by the lowest survivor alone.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gyre-ml/gyre"
@@ -39,7 +40,8 @@ type Options struct {
 	OnIteration func(Iteration)
 	// OnEvent, if set, is called on every worker at each membership
 	// event: as Run starts (Joined), at a boundary that changes the view
-	// (ViewChanged), after a recovery from lost workers (Recovered), and
+	// (ViewChanged), after a recovery from lost workers (Recovered) or
+	// one that left this worker out until it came back (Rejoined), and
 	// as Run returns a lost worker's error (Lost).
 	// Event.Lead picks one worker to show the job's events.
 	OnEvent func(Event)
@@ -204,6 +206,8 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 			return res, err
 		}
 		switch {
+		case change.Redo && slices.Contains(change.Admitted, ID(w)):
+			o.OnEvent(newEvent(Rejoined, w))
 		case change.Redo:
 			e := newEvent(Recovered, w)
 			e.Departed = change.Lost
