@@ -154,6 +154,10 @@ func (t *Transport) serveStream(verified transport.PeerID, s InStream, accepted 
 	if !stop() {
 		return // closed; the stream is closed too
 	}
+	// An authenticated peer's stream that ends before its hello, not
+	// one whose hello is wrong: it reset the stream as it cancelled a
+	// send, as a recovery does.
+	cut := err != nil && verified != "" && !errors.Is(err, wire.ErrMalformed)
 	if err == nil {
 		switch {
 		case verified != "" && h.From != string(verified):
@@ -165,8 +169,8 @@ func (t *Transport) serveStream(verified transport.PeerID, s InStream, accepted 
 	if err != nil {
 		s.Close()
 		ev := t.log.Warn()
-		if errors.Is(err, io.EOF) {
-			ev = t.log.Debug() // a link's spare connection, closed unused
+		if errors.Is(err, io.EOF) || cut { // EOF: a link's spare connection, closed unused
+			ev = t.log.Debug()
 		}
 		ev.Str("verified", string(verified)).Str("from", h.From).Err(err).Msg("rejected stream: bad hello")
 		return
