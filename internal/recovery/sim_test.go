@@ -46,6 +46,7 @@ const (
 	partition                  // the ranks in group and the rest no longer hear each other
 	blip                       // the connection a-b breaks and is made again: what is in flight on it is lost, and both get the evidence
 	abort                      // every live rank's collective fails with no evidence against anyone: each steps Suspect
+	lateRank                   // a boundary's table shows a late past the collective timeout: the others get the evidence against it, and all suspect
 	numFaultKinds
 )
 
@@ -69,6 +70,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("blip %d-%d", f.a, f.b)
 	case abort:
 		return "abort"
+	case lateRank:
+		return fmt.Sprintf("late %d", f.a)
 	}
 	return fmt.Sprintf("partition %b", f.group)
 }
@@ -96,11 +99,14 @@ func allFaults(n int) []fault {
 	return fs
 }
 
-// blips lists every blip on n ranks, and the abort. Only random
-// schedules draw them: a lost message is mended by the rounds, not by
-// the order of faults.
+// blips lists every blip on n ranks, the abort, and every rank found
+// late. Only random schedules draw them: a lost message is mended by the
+// rounds, not by the order of faults.
 func blips(n int) []fault {
 	fs := []fault{{kind: abort}}
+	for a := range n {
+		fs = append(fs, fault{kind: lateRank, a: a})
+	}
 	for a := range n {
 		for b := a + 1; b < n; b++ {
 			fs = append(fs, fault{kind: blip, a: a, b: b})
@@ -454,6 +460,21 @@ func (s *sim) apply(f fault) {
 				s.step(i, Suspect{})
 			}
 		}
+	case lateRank:
+		// As the runtime's lateRanks: every member judged the same table,
+		// so each of the others counts a gone, and every member, a too,
+		// enters recovery. a stays up and connected; it is left out, and
+		// learns so.
+		s.noteMajority()
+		for i := range n {
+			if !s.up(i) {
+				continue
+			}
+			if i != f.a {
+				s.step(i, Lost{Peer: s.ids[f.a]})
+			}
+			s.step(i, Suspect{})
+		}
 	}
 	s.faulted = true
 	s.lastChange = s.tick
@@ -789,6 +810,9 @@ func (s *sim) late() {
 // step feeds one input to rank i, queues what it sends and checks what it
 // installs.
 func (s *sim) step(i int, in Input) {
+	if s.netDirty {
+		s.noteMajority() // a view installed by the previous step counts from now
+	}
 	r := s.ranks[i]
 	before := r.Commit()
 	outs := r.Step(in)
