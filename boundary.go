@@ -45,10 +45,31 @@ import (
 // follows brings them to one view, iteration and state before any
 // commits again. Call Commit after every Boundary that returns no error.
 //
+// If ctx ends first (the trainer's own cancellation or deadline), this
+// worker leaves the job: Boundary returns ctx's error and, in a gossip
+// job, closes the worker, so that the others see it go at once and
+// recover without it instead of waiting for its record.
+//
 // The state is hashed at every boundary while hashing costs at most 1% of
 // the iteration's compute time; for larger models it is checked every K
 // iterations, K chosen from the table so that it stays within that budget.
 func (w *Worker) Boundary(ctx context.Context) (Change, error) {
+	ch, err := w.boundary(ctx)
+	if err != nil && ctx.Err() != nil && w.rec != nil && !w.closed.Load() {
+		w.log.Warn().Err(err).Int64("iter", w.iter).
+			Msg("the boundary's context ended: this worker leaves the job, and the others recover without it")
+		w.leaveGossip()
+		w.Close()
+	}
+	return ch, err
+}
+
+func (w *Worker) boundary(ctx context.Context) (Change, error) {
+	if err := ctx.Err(); err != nil {
+		// Before ErrPending: the gradients of a cancelled iteration may
+		// still be in flight, and the cancellation is the news.
+		return Change{}, fmt.Errorf("gyre: boundary of iteration %d: %w", w.iter, err)
+	}
 	if err := w.idle(); err != nil {
 		return Change{}, err
 	}

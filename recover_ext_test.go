@@ -69,6 +69,10 @@ type lossJob struct {
 	// abandon: a worker whose Wait fails abandons the iteration, as after
 	// an error of its own, and runs it again once before its Boundary.
 	abandon bool
+	// cancelAt: worker i's own context for iteration cancelAt[i] ends
+	// before its collectives; it stops once its Boundary fails, as a
+	// trainer that was told to stop does.
+	cancelAt map[int]int64
 }
 
 // recoveryRun is what one worker saw.
@@ -81,6 +85,7 @@ type recoveryRun struct {
 	mismatched int      // iterations it ran with a wrong size
 	stalled    bool     // it stalled at stallAt
 	cut        bool     // it was cut off at cutAt
+	cancelled  bool     // its context ended at cancelAt
 	admitted   []string // the workers boundaries admitted
 	abandoned  int      // iterations it abandoned after a failed Wait
 	iter       int64    // the iteration it ended at
@@ -204,15 +209,21 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 			run.stalled = true
 			time.Sleep(j.stall)
 		}
+		ictx := ctx // this iteration's context
+		if at, ok := j.cancelAt[i]; ok && b.Iter == at {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			ictx, run.cancelled = cctx, true
+		}
 		g := m.grad(b.Indices)
 		g1 := g[toyDim/2:]
 		if at, ok := j.mismatchAt[i]; ok && b.Iter == at && run.mismatched < j.mismatches {
 			run.mismatched++
 			g1 = g1[:len(g1)-1]
 		}
-		w.AllReduceAsync64(ctx, "g0", g[:toyDim/2])
-		w.AllReduceAsync64(ctx, "g1", g1)
-		if err := w.Wait(ctx); err != nil && j.abandon && abandonedAt != b.Iter {
+		w.AllReduceAsync64(ictx, "g0", g[:toyDim/2])
+		w.AllReduceAsync64(ictx, "g1", g1)
+		if err := w.Wait(ictx); err != nil && j.abandon && abandonedAt != b.Iter {
 			t.Logf("worker %d: iteration %d: %v (abandoned and run again)", i, b.Iter, err)
 			abandonedAt = b.Iter
 			run.abandoned++
@@ -231,7 +242,12 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 		if at, ok := j.suspectAt[i]; ok && b.Iter == at && run.redos == 0 {
 			gyre.FailIteration(w, &transport.PeerError{Peer: c.IDs[(i+1)%j.n], Op: "recv", Err: transport.ErrPeerGone})
 		}
-		ch, err := w.Boundary(ctx)
+		ch, err := w.Boundary(ictx)
+		if err != nil && run.cancelled {
+			run.died = true // it left; what it returned is the test's to check
+			run.err = err
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -345,6 +361,24 @@ func TestAbandonAfterAFailedCollective(t *testing.T) {
 			t.Error("no survivor's Wait failed, so none abandoned: the test tested nothing")
 		}
 	})
+}
+
+// TestOwnCancellationLeaves: worker 1's own context ends during its
+// iteration 20. Its Boundary returns the context's error and closes it;
+// the others recover without it at once, naming it lost, instead of
+// waiting out CollectiveTimeout for its record, and end where one
+// process ends.
+func TestOwnCancellationLeaves(t *testing.T) {
+	const quitter = 1
+	runs := lossJob{n: 4, iters: 40, cancelAt: map[int]int64{quitter: 20}}.run(t)
+	if err := runs[quitter].err; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled worker's Boundary returned %v; want context.Canceled", err)
+	}
+	for i, run := range runs {
+		if i != quitter && (run.redos != 1 || !slices.Equal(run.lost, []string{runs[quitter].id})) {
+			t.Errorf("worker %d: %d redos naming %v lost; want 1 naming the cancelled worker", i, run.redos, run.lost)
+		}
+	}
 }
 
 // TestLateWorkerIsExcluded: worker 2 of 4 stalls past CollectiveTimeout
