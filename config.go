@@ -50,6 +50,11 @@ const (
 	MaxView = 256
 	// DefaultJob is Job's default.
 	DefaultJob = "gyre"
+	// DefaultCheckpointEvery is CheckpointEvery's default, with a
+	// CheckpointDir.
+	DefaultCheckpointEvery = 100
+	// DefaultCheckpointKeep is CheckpointKeep's default.
+	DefaultCheckpointKeep = 3
 )
 
 // Balance modes accepted by Config.Balance.
@@ -250,6 +255,23 @@ type Config struct {
 	// means none.
 	Compress string
 
+	// CheckpointDir, if set, is the directory this worker writes
+	// checkpoints of the committed state into, and resumes from
+	// (docs/checkpoints.md). Workers may share one directory: only one of
+	// them then writes each checkpoint.
+	CheckpointDir string
+	// CheckpointEvery is K: a checkpoint is taken at every Commit whose
+	// iteration is a multiple of K. Default with CheckpointDir:
+	// DefaultCheckpointEvery.
+	CheckpointEvery int
+	// CheckpointKeep is how many of the newest checkpoints the directory
+	// keeps; older ones are removed. Default DefaultCheckpointKeep.
+	CheckpointKeep int
+	// CheckpointRequired makes a checkpoint that could not be written end
+	// the job: the next Commit returns the error (ErrCheckpoint). By
+	// default the failure is logged and training goes on.
+	CheckpointRequired bool
+
 	// Logger receives the runtime's structured logs, each line with the
 	// worker's id and its current rank. Default (nil): warnings and errors
 	// on stderr, human-readable, so that a worker that cannot reach its
@@ -321,6 +343,10 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CollectiveTimeout == 0 {
 		c.CollectiveTimeout = DefaultCollectiveTimeout
+	}
+	if c.CheckpointDir != "" {
+		c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
+		c.CheckpointKeep = cmp.Or(c.CheckpointKeep, DefaultCheckpointKeep)
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
@@ -536,6 +562,14 @@ func (c Config) checkBatch(userShares bool) []error {
 	if c.QuorumTimeout < 0 {
 		errs = append(errs, fmt.Errorf("QuorumTimeout %v is negative", c.QuorumTimeout))
 	}
+	switch {
+	case c.CheckpointEvery < 0:
+		errs = append(errs, fmt.Errorf("CheckpointEvery %d is negative", c.CheckpointEvery))
+	case c.CheckpointKeep < 0:
+		errs = append(errs, fmt.Errorf("CheckpointKeep %d is negative", c.CheckpointKeep))
+	case c.CheckpointDir == "" && (c.CheckpointEvery > 0 || c.CheckpointRequired):
+		errs = append(errs, errors.New("CheckpointEvery or CheckpointRequired without CheckpointDir (--checkpoint-dir): where would the checkpoints go?"))
+	}
 	if c.CollectiveTimeout < 0 {
 		errs = append(errs, fmt.Errorf("CollectiveTimeout %v is negative", c.CollectiveTimeout))
 	}
@@ -681,6 +715,12 @@ const (
 	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
 	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
 	EnvFailpoint = "GYRE_FAILPOINT"
+	// EnvCheckpointDir is a directory; EnvCheckpointEvery and
+	// EnvCheckpointKeep integers; EnvCheckpointRequired true or false.
+	EnvCheckpointDir      = "GYRE_CHECKPOINT_DIR"
+	EnvCheckpointEvery    = "GYRE_CHECKPOINT_EVERY"
+	EnvCheckpointKeep     = "GYRE_CHECKPOINT_KEEP"
+	EnvCheckpointRequired = "GYRE_CHECKPOINT_REQUIRED"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -705,13 +745,18 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvGossipTiming, &c.GossipTiming)
 	str(EnvBalance, &c.Balance)
 	str(EnvRingOrder, &c.RingOrder)
-	if v, ok := lookup(EnvInsecure); ok && strings.TrimSpace(v) != "" {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want true or false", ErrConfig, EnvInsecure, v))
+	str(EnvCheckpointDir, &c.CheckpointDir)
+	boolean := func(name string, dst *bool) {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s=%q: want true or false", ErrConfig, name, v))
+			}
+			*dst = b
 		}
-		c.Insecure = b
 	}
+	boolean(EnvInsecure, &c.Insecure)
+	boolean(EnvCheckpointRequired, &c.CheckpointRequired)
 	integer := func(name string, dst *int) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -728,6 +773,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	integer(EnvMinWorkers, &c.MinWorkers)
 	integer(EnvMaxWorkers, &c.MaxWorkers)
 	integer(EnvGossipSuspicionMult, &c.GossipSuspicionMult)
+	integer(EnvCheckpointEvery, &c.CheckpointEvery)
+	integer(EnvCheckpointKeep, &c.CheckpointKeep)
 	duration := func(name string, dst *time.Duration) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
 			d, err := time.ParseDuration(strings.TrimSpace(v))

@@ -174,6 +174,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms", EnvJoinTimeout: "1m", EnvBalance: "static",
 		EnvConnectTimeout: "45s",
 		EnvRingOrder:      "fixed",
+		EnvCheckpointDir:  "/ckpt", EnvCheckpointEvery: "20", EnvCheckpointKeep: "5", EnvCheckpointRequired: "true",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -185,7 +186,8 @@ func TestConfigFromEnv(t *testing.T) {
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
-		ConnectTimeout: 45 * time.Second, Balance: BalanceStatic, RingOrder: RingOrderFixed}
+		ConnectTimeout: 45 * time.Second, Balance: BalanceStatic, RingOrder: RingOrderFixed,
+		CheckpointDir: "/ckpt", CheckpointEvery: 20, CheckpointKeep: 5, CheckpointRequired: true}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)
 	}
@@ -196,11 +198,11 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestConfigFromEnvRejectsMalformed(t *testing.T) {
 	_, err := ConfigFromEnv(mapLookup(map[string]string{EnvInsecure: "maybe", EnvStripes: "two", EnvRank: "first",
-		EnvPeerTimeout: "soon"}))
+		EnvPeerTimeout: "soon", EnvCheckpointEvery: "often", EnvCheckpointRequired: "yes please"}))
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
 	}
-	for _, name := range []string{EnvInsecure, EnvStripes, EnvRank, EnvPeerTimeout} {
+	for _, name := range []string{EnvInsecure, EnvStripes, EnvRank, EnvPeerTimeout, EnvCheckpointEvery, EnvCheckpointRequired} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

@@ -41,3 +41,7 @@ func SetHandshakeNote(d time.Duration) (restore func()) {
 	handshakeNote = d
 	return func() { handshakeNote = old }
 }
+
+// WaitCheckpoint waits until w writes no checkpoint, for tests that need
+// each checkpoint on disk before the next iteration.
+func WaitCheckpoint(w *Worker) { w.ckpt.wait() }

@@ -25,7 +25,8 @@ import (
 // --peers, --rank, --min-workers, --batch, --shares, --balance,
 // --balance-allow-zero, --ring-order, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout,
-// --peer-timeout and --quorum-timeout.
+// --peer-timeout, --quorum-timeout, --checkpoint-dir, --checkpoint-every,
+// --checkpoint-keep and --checkpoint-required.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -95,6 +96,14 @@ func (c *Config) bind(fs flagAdder) {
 		"how long a peer may miss heartbeats before it is declared gone (0: 2s)")
 	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout,
 		"how long a worker cut off from a majority of its view waits for it before it fails (0: --join-timeout)")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir,
+		"directory to write checkpoints of the committed state into, and to resume from (empty: none)")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery,
+		fmt.Sprintf("take a checkpoint at every iteration that is a multiple of this (0: %d)", DefaultCheckpointEvery))
+	fs.IntVar(&c.CheckpointKeep, "checkpoint-keep", c.CheckpointKeep,
+		fmt.Sprintf("how many of the newest checkpoints to keep (0: %d)", DefaultCheckpointKeep))
+	fs.BoolVar(&c.CheckpointRequired, "checkpoint-required", c.CheckpointRequired,
+		"end the job when a checkpoint cannot be written, instead of logging it and training on")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

@@ -226,6 +226,8 @@ type Worker struct {
 	// rec recovers from a lost member; nil in the static view, which
 	// fails instead.
 	rec *recoverer
+	// ckpt takes the checkpoints (nil without Config.CheckpointDir).
+	ckpt *checkpointer
 	// failAt is Config.Failpoint; failAction, if set, is how a test's
 	// worker dies there instead of its process; died says it has.
 	failAt     failpoint
@@ -301,6 +303,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
 		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}, redoneMismatch: -1}
 	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it
+	if w.ckpt, err = newCheckpointer(cfg, w.log); err != nil {
+		return nil, err
+	}
 	// A worker on a device (a GPU) fits the device's flat-then-linear
 	// time model.
 	_, w.est.Flat = w.device()
@@ -959,6 +964,9 @@ func (w *Worker) Commit() error {
 	if w.rec != nil {
 		w.rec.committed(w.cur.view.Epoch, w.iter)
 	}
+	if w.ckpt != nil {
+		return w.ckpt.committed(w)
+	}
 	return nil
 }
 
@@ -1017,7 +1025,9 @@ func (w *Worker) Abandon(ctx context.Context) error {
 // gone, so that closing cuts off no message a peer still needs, then
 // leaves gossip (the others list it as left) and closes the worker. To
 // leave a job that goes on, use RequestLeave; after the Boundary that
-// returned Change.Left, Leave returns nil.
+// returned Change.Left, Leave returns nil. With Config.CheckpointDir it
+// first writes a checkpoint that fell due while the disk was busy, and
+// waits for the writes under way.
 func (w *Worker) Leave(ctx context.Context) error {
 	if w.left {
 		return nil
@@ -1025,6 +1035,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 	if err := w.idle(); err != nil {
 		return err
 	}
+	ckptErr := w.ckpt.finish(w)
 	err := w.cur.ctrl.Barrier(ctx)
 	if err == nil {
 		fctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
@@ -1034,7 +1045,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 			err = fmt.Errorf("gyre: leave: waiting for the peers' farewells: %w", err)
 		}
 	}
-	return errors.Join(err, w.leaveGossip(), w.Close())
+	return errors.Join(ckptErr, err, w.leaveGossip(), w.Close())
 }
 
 // Close stops the worker at once: pending gradients fail with ErrClosed,
@@ -1045,6 +1056,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
+		w.ckpt.wait() // a checkpoint under way is finished first
 		w.closed.Store(true)
 		w.stop()
 		w.mu.Lock()
