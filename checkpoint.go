@@ -92,7 +92,7 @@ func (c *checkpointer) committed(w *Worker) error {
 		return nil
 	}
 	if err := c.fill(w); err != nil {
-		c.written(checkpoint.Result{Name: checkpoint.FileName(w.cur.view.Epoch, w.iter), Err: err})
+		c.written(checkpoint.Result{Name: checkpoint.FileName(w.jobEpoch(), w.iter), Err: err})
 		return c.takeFailed()
 	}
 	c.writer.Start(&c.snap)
@@ -129,7 +129,7 @@ func (c *checkpointer) writes(w *Worker) bool {
 func (c *checkpointer) fill(w *Worker) error {
 	s := &c.snap
 	vs := w.cur
-	s.Header = checkpoint.Header{Epoch: vs.view.Epoch, Iter: w.state.iter, Workers: len(vs.ids), Written: time.Now().UTC()}
+	s.Header = checkpoint.Header{Epoch: w.jobEpoch(), Iter: w.state.iter, Workers: len(vs.ids), Written: time.Now().UTC()}
 	for _, st := range jobSettings(w.cfg, nil) {
 		s.Settings = append(s.Settings, checkpoint.Setting{Name: st.Name, Value: st.Value})
 	}
@@ -180,6 +180,11 @@ func (c *checkpointer) finish(w *Worker) error {
 	}
 	return c.takeFailed()
 }
+
+// jobEpoch is the epoch checkpoints carry: the view's, counted on from
+// the epoch of the checkpoint the job resumed from, so that a resumed
+// job's checkpoints are newer than the one it resumed from.
+func (w *Worker) jobEpoch() uint64 { return w.epochBase + w.cur.view.Epoch }
 
 // wait waits for the write under way, if any.
 func (c *checkpointer) wait() {

@@ -137,3 +137,151 @@ func TestCheckpointsWritten(t *testing.T) {
 		}
 	})
 }
+
+// resumeRun is one run of a job that checkpoints every 10 iterations,
+// each worker into dirOf(rank) with batch 24 unless cfg changes it.
+type resumeRun struct {
+	n       int
+	dirOf   func(r int) string
+	iters   int64 // train up to this iteration
+	crash   bool  // then close every worker without Leave, as a crash would
+	cfg     func(r int, c *gyre.Config)
+	log     *transporttest.LogBuffer
+	resumed []gyre.Resumed // what each worker's Join resumed from
+	models  []*toy
+}
+
+// run joins the job, which resumes from the newest checkpoint its
+// workers hold, and trains it. Each checkpoint is on disk before the next
+// iteration, so that which ones exist does not depend on the disk.
+func (j *resumeRun) run(t *testing.T) error {
+	t.Helper()
+	j.models, j.resumed, j.log = make([]*toy, j.n), make([]gyre.Resumed, j.n), &transporttest.LogBuffer{}
+	c := gyretest.Start(t, gyretest.Options{N: j.n,
+		Config: func(r int, cfg *gyre.Config) {
+			cfg.GlobalBatch, cfg.CheckpointDir, cfg.CheckpointEvery = 24, j.dirOf(r), 10
+			l := zerolog.New(j.log).Level(zerolog.InfoLevel)
+			cfg.Logger = &l
+			if j.cfg != nil {
+				j.cfg(r, cfg)
+			}
+		},
+		State: func(r int) *gyre.State {
+			j.models[r] = newToy()
+			return j.models[r].state()
+		}})
+	if err := errors.Join(c.Errs...); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return errors.Join(c.Run(func(r int, w *gyre.Worker) error {
+		j.resumed[r], _ = w.Resumed()
+		for w.Iter() < j.iters {
+			if err := trainStep(ctx, w, j.models[r]); err != nil {
+				return err
+			}
+			gyre.WaitCheckpoint(w)
+		}
+		if j.crash {
+			return w.Close()
+		}
+		return w.Leave(ctx)
+	})...)
+}
+
+// TestResumeAtAnyWorkerCount: a job of 3 crashes at iteration 35. Started
+// again with 2 workers (the directories of ranks 0 and 1) it resumes from
+// iteration 30 and ends where one process ends; started again with 4 (a
+// new one with an empty directory) it resumes from the 2 workers' newest,
+// at a higher epoch, and again ends where one process ends.
+func TestResumeAtAnyWorkerCount(t *testing.T) {
+	root := t.TempDir()
+	dirOf := func(r int) string { return filepath.Join(root, string(rune('a'+r))) }
+	first := &resumeRun{n: 3, dirOf: dirOf, iters: 35, crash: true}
+	if err := first.run(t); err != nil {
+		t.Fatal(err)
+	}
+	for r, res := range first.resumed {
+		if res.File != "" {
+			t.Fatalf("rank %d of the first run resumed from %+v, with no checkpoint anywhere", r, res)
+		}
+	}
+	two := &resumeRun{n: 2, dirOf: dirOf, iters: 60, crash: true}
+	if err := two.run(t); err != nil {
+		t.Fatal(err)
+	}
+	for r, res := range two.resumed {
+		if res.Iter != 30 || res.File == "" {
+			t.Fatalf("rank %d of 2 resumed from %+v; want iteration 30", r, res)
+		}
+	}
+	if want := referenceToy(t, 24, 60); !closeRel(two.models[0].theta, want.theta, 1e-12) || !closeRel(two.models[1].theta, want.theta, 1e-12) {
+		t.Fatalf("resumed on 2 workers, θ[0] = %v and %v; one process %v", two.models[0].theta[0], two.models[1].theta[0], want.theta[0])
+	}
+	four := &resumeRun{n: 4, dirOf: dirOf, iters: 80}
+	if err := four.run(t); err != nil {
+		t.Fatal(err)
+	}
+	for r, res := range four.resumed {
+		if res.Iter != 60 || res.Epoch <= two.resumed[0].Epoch {
+			t.Fatalf("rank %d of 4 resumed from %+v; want iteration 60, at an epoch past %d", r, res, two.resumed[0].Epoch)
+		}
+	}
+	want := referenceToy(t, 24, 80)
+	for r, m := range four.models {
+		if !closeRel(m.theta, want.theta, 1e-12) {
+			t.Fatalf("resumed on 4 workers, rank %d's θ[0] = %v; one process %v", r, m.theta[0], want.theta[0])
+		}
+	}
+	if !strings.Contains(four.log.String(), "resumed from a checkpoint") {
+		t.Error("no worker logged that it resumed")
+	}
+}
+
+// TestResumeSkipsDamagedCheckpoint: the newest checkpoint of a shared
+// directory is truncated: the job resumes from the one before, and logs
+// the damaged file by name.
+func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	same := func(int) string { return dir }
+	if err := (&resumeRun{n: 2, dirOf: same, iters: 35, crash: true}).run(t); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := (checkpoint.Dir{Path: dir}).List()
+	if err != nil || len(infos) != 3 || infos[0].Iter != 30 {
+		t.Fatalf("the first run left %v, %v; want 30, 20 and 10", infos, err)
+	}
+	newest := filepath.Join(dir, infos[0].Name)
+	if err := os.Truncate(newest, 100); err != nil {
+		t.Fatal(err)
+	}
+	again := &resumeRun{n: 2, dirOf: same, iters: 40}
+	if err := again.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if again.resumed[0].Iter != 20 || again.resumed[1].Iter != 20 {
+		t.Fatalf("resumed from %+v; want iteration 20", again.resumed)
+	}
+	if !strings.Contains(again.log.String(), newest) {
+		t.Fatalf("no log line names the damaged file %s:\n%s", newest, again.log)
+	}
+	if want := referenceToy(t, 24, 40); !closeRel(again.models[0].theta, want.theta, 1e-12) {
+		t.Fatalf("θ[0] = %v, one process %v", again.models[0].theta[0], want.theta[0])
+	}
+}
+
+// TestResumeRefusesAMisfit: a job started again with another global
+// batch, or with a state of another shape, refuses the checkpoint on
+// every worker, naming the difference.
+func TestResumeRefusesAMisfit(t *testing.T) {
+	dir := t.TempDir()
+	same := func(int) string { return dir }
+	if err := (&resumeRun{n: 2, dirOf: same, iters: 15, crash: true}).run(t); err != nil {
+		t.Fatal(err)
+	}
+	err := (&resumeRun{n: 2, dirOf: same, iters: 20, cfg: func(r int, c *gyre.Config) { c.GlobalBatch = 32 }}).run(t)
+	if !errors.Is(err, gyre.ErrDiverged) || !strings.Contains(err.Error(), "GlobalBatch") || !strings.Contains(err.Error(), checkpoint.FileName(1, 10)) {
+		t.Fatalf("resuming with --batch 32 from a checkpoint of batch 24: %v; want ErrDiverged naming GlobalBatch and the file", err)
+	}
+}

@@ -123,11 +123,12 @@ const (
 	kindSynced              // Join: the state broadcast's outcome
 	kindBoundary            // Boundary
 	kindAdmit               // Join: admitting workers before iteration 0
+	kindResume              // Join: the newest checkpoint each worker holds, and loading it
 )
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 5
+const recordVersion = 6
 
 // Sizes of the record's fixed arrays.
 const (
@@ -175,9 +176,12 @@ type record struct {
 	// bytes this worker's batch may take (0: unknown; see shareCap).
 	minShare, maxShare int64
 	headroom           int64
+	// epoch is the job epoch of the newest checkpoint this worker holds
+	// (kindResume; its iteration is in iter, its checksum in digest).
+	epoch uint64
 }
 
-const recordLen = 20 + joinerSlots + spareWords
+const recordLen = 21 + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
@@ -187,7 +191,7 @@ func (r *record) encode() []int64 {
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
-	row = append(row, r.headroom, boolInt(r.model.Flat))
+	row = append(row, r.headroom, boolInt(r.model.Flat), int64(r.epoch))
 	return row[:recordLen]
 }
 
@@ -202,6 +206,7 @@ func decodeRecord(row []int64) (record, int64) {
 	}
 	r.headroom = row[18+joinerSlots]
 	r.model.Flat = row[19+joinerSlots] != 0
+	r.epoch = uint64(row[20+joinerSlots])
 	return r, row[0] >> 8
 }
 

@@ -226,8 +226,12 @@ type Worker struct {
 	// rec recovers from a lost member; nil in the static view, which
 	// fails instead.
 	rec *recoverer
-	// ckpt takes the checkpoints (nil without Config.CheckpointDir).
-	ckpt *checkpointer
+	// ckpt takes the checkpoints (nil without Config.CheckpointDir);
+	// epochBase is the job epoch of the checkpoint the job resumed from,
+	// which later checkpoints count on from, and resumed says which.
+	ckpt      *checkpointer
+	epochBase uint64
+	resumed   Resumed
 	// failAt is Config.Failpoint; failAction, if set, is how a test's
 	// worker dies there instead of its process; died says it has.
 	failAt     failpoint
@@ -335,6 +339,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 		err = w.joinGossip(ctx)
 	} else {
 		err = w.joinStatic(ctx)
+	}
+	if err == nil {
+		err = w.resume(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -656,11 +663,11 @@ func (w *Worker) syncState(ctx context.Context, root int) error {
 			return err
 		}
 	}
-	head := []int64{w.iter, int64(len(blob))}
+	head := []int64{w.iter, int64(len(blob)), int64(w.epochBase)}
 	if err := ring.Broadcast(ctx, vs.data, root, head); err != nil {
 		return fmt.Errorf("gyre: broadcast state from rank %d: %w", root, err)
 	}
-	w.iter = head[0]
+	w.iter, w.epochBase = head[0], uint64(head[2])
 	if vs.rank != root {
 		blob = make([]byte, head[1])
 	}

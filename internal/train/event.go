@@ -29,6 +29,8 @@ const (
 	// starved or cut off), and it came back as a new member, from the
 	// job's newest commit (Iter).
 	Rejoined
+	// Resumed: the job started from a checkpoint (From).
+	Resumed
 )
 
 // Event is a membership event: what a console shows between the rows of
@@ -48,6 +50,8 @@ type Event struct {
 	Admitted, Departed []string
 	// Err is the loss (Lost).
 	Err *gyre.PeerLostError
+	// From is the checkpoint the job resumed from (Resumed).
+	From gyre.Resumed
 }
 
 // newEvent fills in what every event says of w.
@@ -112,6 +116,9 @@ func (e Event) String() string {
 			s += "; the workers admitted last now count for a majority"
 		}
 		return s
+	case Resumed:
+		return fmt.Sprintf("resumed from checkpoint %s (epoch %d, iteration %d), held by rank %d (%s); %d workers",
+			e.From.File, e.From.Epoch, e.From.Iter, e.From.Rank, e.From.ID, e.World)
 	case Rejoined:
 		return fmt.Sprintf("rank %d/%d rejoined as a new member after the job went on without it: epoch %d, going on from iteration %d",
 			e.Rank, e.World, e.Epoch, e.Iter)

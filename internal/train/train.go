@@ -39,7 +39,8 @@ type Options struct {
 	// iteration, on every worker.
 	OnIteration func(Iteration)
 	// OnEvent, if set, is called on every worker at each membership
-	// event: as Run starts (Joined), at a boundary that changes the view
+	// event: as Run starts (Joined, and Resumed if the job resumed from a
+	// checkpoint), at a boundary that changes the view
 	// (ViewChanged), after a recovery from lost workers (Recovered) or
 	// one that left this worker out until it came back (Rejoined), and
 	// as Run returns a lost worker's error (Lost).
@@ -135,6 +136,11 @@ func Run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 		o.OnEvent = func(Event) {}
 	}
 	o.OnEvent(newEvent(Joined, w))
+	if r, ok := w.Resumed(); ok {
+		e := newEvent(Resumed, w)
+		e.From = r
+		o.OnEvent(e)
+	}
 	res, err := run(ctx, w, j, o)
 	if e, ok := lostEvent(w, err); ok {
 		o.OnEvent(e)
