@@ -369,3 +369,17 @@ func TestGrowLeavesRoom(t *testing.T) {
 		t.Fatalf("grow within capacity reallocated or lost data")
 	}
 }
+
+// TestEvalSamplesBoundMemory: a wide layer evaluates fewer samples at
+// once, so that its activations stay within evalBytes.
+func TestEvalSamplesBoundMemory(t *testing.T) {
+	for _, tc := range []struct {
+		sizes []int
+		want  int
+	}{{[]int{32, 128, 10}, evalChunk}, {[]int{32, 1450000, 10}, 5}, {[]int{32, 1 << 30, 10}, 1}} {
+		m := &Model{sizes: tc.sizes}
+		if got := m.evalSamples(); got != tc.want || got*8*tc.sizes[1] > evalBytes && got > 1 {
+			t.Errorf("sizes %v: evaluates %d samples at once, want %d", tc.sizes, got, tc.want)
+		}
+	}
+}

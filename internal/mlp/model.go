@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -293,8 +294,19 @@ func (m *Model) Backward(onLayer func(layer int, grad []float64)) {
 	ws.d0, ws.d1 = delta, other
 }
 
-// evalChunk bounds the batch Accuracy evaluates at once, and so its memory.
-const evalChunk = 1024
+// evalChunk bounds the batch Accuracy evaluates at once, and evalBytes
+// the activations that batch holds: a wide layer evaluates fewer samples
+// at once, so that evaluating never needs more memory than training a
+// modest batch (1024 samples of a 1.45-million-wide layer were 12 GB).
+const (
+	evalChunk = 1024
+	evalBytes = 64 << 20
+)
+
+// evalSamples is how many samples the model evaluates at once.
+func (m *Model) evalSamples() int {
+	return max(1, min(evalChunk, evalBytes/(8*slices.Max(m.sizes))))
+}
 
 // Accuracy returns the fraction of the samples with the given indices that
 // the model classifies correctly (0 for no indices). It uses its own
@@ -303,8 +315,9 @@ func (m *Model) Accuracy(ds *Dataset, indices []int64) float64 {
 	var x []float64
 	var labels []int
 	correct := 0
-	for start := 0; start < len(indices); start += evalChunk {
-		chunk := indices[start:min(start+evalChunk, len(indices))]
+	step := m.evalSamples()
+	for start := 0; start < len(indices); start += step {
+		chunk := indices[start:min(start+step, len(indices))]
 		x, labels = ds.Batch(chunk, x, labels)
 		correct += m.correct(x, labels)
 	}
@@ -323,8 +336,9 @@ func (m *Model) AccuracyOn(x []float64, labels []int) float64 {
 		return 0
 	}
 	correct := 0
-	for start := 0; start < len(labels); start += evalChunk {
-		end := min(start+evalChunk, len(labels))
+	step := m.evalSamples()
+	for start := 0; start < len(labels); start += step {
+		end := min(start+step, len(labels))
 		correct += m.correct(x[start*in:end*in], labels[start:end])
 	}
 	return float64(correct) / float64(len(labels))
