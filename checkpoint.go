@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -95,8 +96,21 @@ func (c *checkpointer) committed(w *Worker) error {
 		c.written(checkpoint.Result{Name: checkpoint.FileName(w.jobEpoch(), w.iter), Err: err})
 		return c.takeFailed()
 	}
-	c.writer.Start(&c.snap)
+	c.writer.Start(&c.snap, w.checkpointFailpoint())
 	return nil
+}
+
+// checkpointFailpoint returns, if the worker's failpoint is
+// FailCheckpoint and due at this iteration, the wrap that kills it once
+// that many bytes of the file are written; else nil.
+func (w *Worker) checkpointFailpoint() func(io.Writer) io.Writer {
+	if w.failAt.name != FailCheckpoint || w.iter < w.failAt.iter || w.died.Load() {
+		return nil
+	}
+	iter := w.iter
+	return func(f io.Writer) io.Writer {
+		return &dieAfter{w: f, n: w.failAt.bytes, die: func() { w.die(FailCheckpoint, iter) }}
+	}
 }
 
 // takeFailed returns and clears a recorded failure.

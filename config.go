@@ -200,9 +200,10 @@ type Config struct {
 	PeerTimeout time.Duration
 	// Failpoint, for tests of recovery only, makes the worker die at a
 	// named step of its protocols, as kill -9 would: "vote",
-	// "send-state", "recv-state", "propose", "install" or "probe",
-	// optionally with "@ITER", the first iteration at which it may (see
-	// FailVote and the others).
+	// "send-state", "recv-state", "propose", "install", "probe" or
+	// "checkpoint", optionally with "@ITER", the first iteration at which
+	// it may (see FailVote and the others), and for "checkpoint" with
+	// ":BYTES", how much of the checkpoint's file is written first.
 	// Never set it in a real job.
 	Failpoint string
 	// QuorumTimeout is how long a worker that lost touch with a majority

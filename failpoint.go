@@ -2,6 +2,7 @@ package gyre
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -34,17 +35,24 @@ const (
 	// FailProbe: at a boundary that measures the links again, as the
 	// probes begin; its peers are probing it.
 	FailProbe = "probe"
+	// FailCheckpoint: the writer of a checkpoint, in the middle of its
+	// file, once BYTES of it are written. Spelled checkpoint@ITER:BYTES
+	// (BYTES default 0); the checkpoint is the first taken at iteration
+	// ITER or later.
+	FailCheckpoint = "checkpoint"
 )
 
-var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose, FailInstall, FailProbe}
+var failpointNames = []string{FailVote, FailSendState, FailRecvState, FailPropose, FailInstall, FailProbe, FailCheckpoint}
 
 // failpoint is a parsed Config.Failpoint.
 type failpoint struct {
-	name string
-	iter int64
+	name  string
+	iter  int64
+	bytes int64 // FailCheckpoint: how much of the file is written
 }
 
-// parseFailpoint parses NAME or NAME@ITER; "" is no failpoint.
+// parseFailpoint parses NAME, NAME@ITER, or checkpoint@ITER:BYTES; "" is
+// no failpoint.
 func parseFailpoint(s string) (failpoint, error) {
 	if s == "" {
 		return failpoint{}, nil
@@ -52,11 +60,19 @@ func parseFailpoint(s string) (failpoint, error) {
 	name, at, found := strings.Cut(s, "@")
 	fp := failpoint{name: name}
 	if found {
+		at, bytes, hasBytes := strings.Cut(at, ":")
 		n, err := strconv.ParseInt(at, 10, 64)
 		if err != nil || n < 0 {
 			return failpoint{}, fmt.Errorf("Failpoint %q: want NAME or NAME@ITER with ITER a non-negative integer", s)
 		}
 		fp.iter = n
+		if hasBytes {
+			b, err := strconv.ParseInt(bytes, 10, 64)
+			if err != nil || b < 0 || name != FailCheckpoint {
+				return failpoint{}, fmt.Errorf("Failpoint %q: only %s takes :BYTES, a non-negative integer", s, FailCheckpoint)
+			}
+			fp.bytes = b
+		}
 	}
 	for _, known := range failpointNames {
 		if name == known {
@@ -72,12 +88,43 @@ func (w *Worker) fail(name string) {
 	if w.failAt.name != name || w.iter < w.failAt.iter || w.died.Load() {
 		return
 	}
-	w.died.Store(true)
-	w.log.Warn().Str("failpoint", name).Int64("iter", w.iter).Msg("failpoint reached: dying as kill -9 would")
+	w.die(name, w.iter)
+}
+
+// die kills the worker at failpoint name, reached at iteration iter, as
+// fail does once it is due; from any goroutine.
+func (w *Worker) die(name string, iter int64) {
+	if w.died.Swap(true) {
+		return
+	}
+	w.log.Warn().Str("failpoint", name).Int64("iter", iter).Msg("failpoint reached: dying as kill -9 would")
 	if w.failAction != nil {
 		w.failAction()
 		return
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL cannot be caught; this only waits for it
+}
+
+// dieAfter passes the first n bytes written through to w, then kills
+// the worker (FailCheckpoint).
+type dieAfter struct {
+	w       io.Writer
+	n       int64
+	written int64
+	die     func()
+}
+
+func (d *dieAfter) Write(p []byte) (int, error) {
+	if left := d.n - d.written; int64(len(p)) > left {
+		k, err := d.w.Write(p[:left])
+		d.written += int64(k)
+		if err == nil {
+			d.die()
+		}
+		return k, err
+	}
+	k, err := d.w.Write(p)
+	d.written += int64(k)
+	return k, err
 }

@@ -270,10 +270,10 @@ func TestWriterOneAtATime(t *testing.T) {
 		results = append(results, r)
 		mu.Unlock()
 	})
-	if !w.Start(sample(1, 20)) {
+	if !w.Start(sample(1, 20), nil) {
 		t.Fatal("Start refused the first snapshot")
 	}
-	if w.Start(sample(1, 40)) || !w.Busy() {
+	if w.Start(sample(1, 40), nil) || !w.Busy() {
 		t.Fatal("Start took a second snapshot while the first was written")
 	}
 	close(release)
@@ -281,7 +281,7 @@ func TestWriterOneAtATime(t *testing.T) {
 	if w.Busy() {
 		t.Fatal("Busy after Wait")
 	}
-	if !w.Start(sample(1, 60)) {
+	if !w.Start(sample(1, 60), nil) {
 		t.Fatal("Start refused a snapshot once the writer was free")
 	}
 	w.Wait()

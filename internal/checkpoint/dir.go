@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -144,7 +145,10 @@ func (d Dir) Newest() (*Snapshot, string, []error) {
 // s.Iter): a temporary file (mode 0600) that is synced, closed and
 // renamed, then a sync of the directory. A failure removes the temporary
 // file and leaves every existing checkpoint as it was.
-func (d Dir) Write(s *Snapshot) (name string, err error) {
+func (d Dir) Write(s *Snapshot) (name string, err error) { return d.write(s, nil) }
+
+// write is Write, the file's bytes going through wrap if it is not nil.
+func (d Dir) write(s *Snapshot, wrap func(io.Writer) io.Writer) (name string, err error) {
 	name = FileName(s.Epoch, s.Iter)
 	f, err := os.CreateTemp(d.Path, d.tempPattern())
 	if err != nil {
@@ -160,7 +164,11 @@ func (d Dir) Write(s *Snapshot) (name string, err error) {
 	if err = f.Chmod(0o600); err != nil {
 		return name, err
 	}
-	if err = Encode(f, s); err != nil {
+	var out io.Writer = f
+	if wrap != nil {
+		out = wrap(f)
+	}
+	if err = Encode(out, s); err != nil {
 		return name, err
 	}
 	if err = f.Sync(); err != nil {

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"io"
 	"sync"
 	"time"
 )
@@ -45,7 +46,8 @@ func (w *Writer) Busy() bool {
 
 // Start writes s in the background and reports true, or reports false if
 // a write is under way. The caller must not touch s until Busy is false.
-func (w *Writer) Start(s *Snapshot) bool {
+// wrap, if not nil, wraps the file the bytes go to (a test's failpoint).
+func (w *Writer) Start(s *Snapshot, wrap func(io.Writer) io.Writer) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.busy {
@@ -53,13 +55,13 @@ func (w *Writer) Start(s *Snapshot) bool {
 	}
 	w.busy = true
 	w.wg.Add(1)
-	go w.write(s, time.Now())
+	go w.write(s, wrap, time.Now())
 	return true
 }
 
-func (w *Writer) write(s *Snapshot, start time.Time) {
+func (w *Writer) write(s *Snapshot, wrap func(io.Writer) io.Writer, start time.Time) {
 	defer w.wg.Done()
-	name, err := w.dir.Write(s)
+	name, err := w.dir.write(s, wrap)
 	res := Result{Name: name, Err: err, Took: time.Since(start)}
 	if err == nil {
 		res.PruneErr = w.dir.Prune(w.keep)
