@@ -146,6 +146,7 @@ type resumeRun struct {
 	iters   int64 // train up to this iteration
 	crash   bool  // then close every worker without Leave, as a crash would
 	cfg     func(r int, c *gyre.Config)
+	extra   bool // register a tensor more than the toy's
 	log     *transporttest.LogBuffer
 	resumed []gyre.Resumed // what each worker's Join resumed from
 	models  []*toy
@@ -168,6 +169,9 @@ func (j *resumeRun) run(t *testing.T) error {
 		},
 		State: func(r int) *gyre.State {
 			j.models[r] = newToy()
+			if j.extra {
+				return j.models[r].state().Float32("extra", make([]float32, 3))
+			}
 			return j.models[r].state()
 		}})
 	if err := errors.Join(c.Errs...); err != nil {
@@ -272,8 +276,8 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 }
 
 // TestResumeRefusesAMisfit: a job started again with another global
-// batch, or with a state of another shape, refuses the checkpoint on
-// every worker, naming the difference.
+// batch, or with a tensor more, refuses the checkpoint on every worker,
+// naming the difference.
 func TestResumeRefusesAMisfit(t *testing.T) {
 	dir := t.TempDir()
 	same := func(int) string { return dir }
@@ -283,5 +287,9 @@ func TestResumeRefusesAMisfit(t *testing.T) {
 	err := (&resumeRun{n: 2, dirOf: same, iters: 20, cfg: func(r int, c *gyre.Config) { c.GlobalBatch = 32 }}).run(t)
 	if !errors.Is(err, gyre.ErrDiverged) || !strings.Contains(err.Error(), "GlobalBatch") || !strings.Contains(err.Error(), checkpoint.FileName(1, 10)) {
 		t.Fatalf("resuming with --batch 32 from a checkpoint of batch 24: %v; want ErrDiverged naming GlobalBatch and the file", err)
+	}
+	err = (&resumeRun{n: 2, dirOf: same, iters: 20, extra: true}).run(t)
+	if !errors.Is(err, gyre.ErrDiverged) || !strings.Contains(err.Error(), "holds 3 entries, this worker registered 4") {
+		t.Fatalf("resuming with a tensor more: %v; want ErrDiverged saying the entries differ", err)
 	}
 }

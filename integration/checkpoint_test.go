@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,5 +152,119 @@ func copyDir(t *testing.T, src, dst string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCheckpointWriterKilledMidFile: a lone gyre train process dies
+// (GYRE_FAILPOINT=checkpoint@20:BYTES, as kill -9 would) while it writes
+// the checkpoint of iteration 20, after 0 bytes, a few, half the file and
+// all but its last bytes. No file that reads as a checkpoint is partial:
+// the directory's newest valid checkpoint is iteration 10's, with no
+// damaged file to report, and a run started again resumes from it. (A
+// process exit is not a power loss: this does not test the fsyncs.)
+func TestCheckpointWriterKilledMidFile(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	root := t.TempDir()
+	run := func(dir, iters, failpoint string) (string, error) {
+		cmd := exec.Command(gyre, "--log-level", "warn", "train", "--name", "w", "--iters", iters, "--target-acc", "0",
+			"--eval-every", "1000", "--checkpoint-dir", dir, "--checkpoint-every", "10")
+		cmd.Env = append(withoutGyreVars(), "GYRE_FAILPOINT="+failpoint)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	probe := filepath.Join(root, "probe")
+	if out, err := run(probe, "10", ""); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	st, err := os.Stat(filepath.Join(probe, checkpoint.FileName(1, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := st.Size()
+	for _, n := range []int64{0, 1, 16, 200, size / 2, size - 9, size - 8, size - 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			dir := filepath.Join(root, fmt.Sprint(n))
+			out, err := run(dir, "40", fmt.Sprintf("checkpoint@20:%d", n))
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the run with the failpoint ended with %v; want SIGKILL:\n%s", err, out)
+			}
+			s, name, bad := (checkpoint.Dir{Path: dir}).Newest()
+			if s == nil || s.Iter != 10 || len(bad) != 0 {
+				t.Fatalf("after dying %d bytes into the checkpoint of 20 (of %d): newest valid %q, damaged %v; want iteration 10 and nothing damaged", n, size, name, bad)
+			}
+			ents, _ := os.ReadDir(dir)
+			temps := 0
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), ".tmp") {
+					temps++
+				}
+			}
+			if temps != 1 {
+				t.Errorf("the dead writer left %d temporary files, want its one: %v", temps, ents)
+			}
+			out, err = run(dir, "30", "")
+			if err != nil || !strings.Contains(out, "resumed from checkpoint "+checkpoint.FileName(1, 10)) {
+				t.Fatalf("started again: %v; want it to resume from iteration 10:\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestCheckpointDiskFaultsProcs (root: it mounts): a lone gyre train
+// whose checkpoint directory is a full tmpfs, or a read-only bind mount,
+// logs an error line for each checkpoint it cannot write, naming the
+// cause, and trains to the end; with --checkpoint-required it ends with
+// that error instead.
+func TestCheckpointDiskFaultsProcs(t *testing.T) {
+	longOnly(t)
+	if os.Getuid() != 0 {
+		t.Skip("mounts a tmpfs and a read-only bind mount: run as root (CI does)")
+	}
+	gyre := gyretest.Gyre(t)
+	root := t.TempDir()
+	mount := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v\n%s", args, err, out)
+		}
+	}
+	full := filepath.Join(root, "full")
+	ro := filepath.Join(root, "ro")
+	for _, d := range []string{full, ro, ro + "-src"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A checkpoint of the default model is about 89 KB: one fits, and the
+	// next, written beside it, does not.
+	mount("-t", "tmpfs", "-o", "size=150k", "tmpfs", full)
+	t.Cleanup(func() { exec.Command("umount", full).Run() })
+	mount("--bind", ro+"-src", ro)
+	t.Cleanup(func() { exec.Command("umount", ro).Run() })
+	mount("-o", "remount,bind,ro", ro)
+	for _, tc := range []struct {
+		name, dir, cause string
+	}{{"full", full, "no space left on device"}, {"read-only", ro, "read-only file system"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(extra ...string) (string, error) {
+				cmd := exec.Command(gyre, append([]string{"--log-level", "warn", "train", "--iters", "50", "--target-acc", "0",
+					"--eval-every", "1000", "--checkpoint-dir", tc.dir, "--checkpoint-every", "10"}, extra...)...)
+				cmd.Env = withoutGyreVars()
+				out, err := cmd.CombinedOutput()
+				return string(out), err
+			}
+			out, err := run()
+			failed := strings.Count(out, "checkpoint not written")
+			if err != nil || !digestLine.MatchString(out) || failed < 2 || !strings.Contains(out, tc.cause) {
+				t.Fatalf("%v, %d error lines; want it to train to the end, with a line per failed checkpoint naming %q:\n%s", err, failed, tc.cause, out)
+			}
+			t.Logf("%d checkpoints failed, each logged", failed)
+			out, err = run("--checkpoint-required")
+			if err == nil || digestLine.MatchString(out) || !strings.Contains(out, "checkpoint failed") || !strings.Contains(out, tc.cause) {
+				t.Fatalf("with --checkpoint-required: %v; want it to end with the checkpoint's error (%s):\n%s", err, tc.cause, out)
+			}
+		})
 	}
 }
