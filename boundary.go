@@ -87,10 +87,14 @@ func (w *Worker) boundary(ctx context.Context) (Change, error) {
 	}
 	known := w.membershipRecord(&rec)
 	w.balanceRecord(&rec)
+	rec.ckptFailed = w.ckpt.requiredFailed()
 	w.fail(FailVote)
 	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
 		return w.recoverOr(ctx, err)
+	}
+	if err := w.checkpointFailures(vs, recs); err != nil {
+		return Change{}, w.settle(ctx, vs, err)
 	}
 	if err := w.settle(ctx, vs, w.judge(recs, rec)); err != nil {
 		if late := lateRanks(recs, w.cfg.CollectiveTimeout); w.rec != nil && len(late) > 0 {
@@ -244,4 +248,21 @@ func (w *Worker) judge(recs []record, own record) error {
 		errs = divergedStates(recs)
 	}
 	return errors.Join(errs...)
+}
+
+// checkpointFailures returns, if some member's record says a checkpoint
+// it had to write (CheckpointRequired) failed, the error that ends the
+// job on every member: this worker's own failure, or one naming the rank.
+func (w *Worker) checkpointFailures(vs *viewState, recs []record) error {
+	for r, rec := range recs {
+		if !rec.ckptFailed {
+			continue
+		}
+		if err := w.ckpt.takeFailed(); r == vs.rank && err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: rank %d (%s) could not write a checkpoint, and --checkpoint-required ends the job; its log says why",
+			ErrCheckpoint, r, vs.ids[r])
+	}
+	return nil
 }

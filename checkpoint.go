@@ -14,8 +14,9 @@ import (
 	"github.com/gyre-ml/gyre/internal/checkpoint"
 )
 
-// ErrCheckpoint is matched by the error Commit returns, with
-// Config.CheckpointRequired, when a checkpoint could not be written.
+// ErrCheckpoint is matched by the error every worker's Boundary returns,
+// with Config.CheckpointRequired, after a checkpoint could not be
+// written, and by Leave's at the job's end.
 var ErrCheckpoint = errors.New("gyre: checkpoint failed")
 
 // checkpointer takes a worker's checkpoints (docs/checkpoints.md): at a
@@ -75,13 +76,11 @@ func (c *checkpointer) written(r checkpoint.Result) {
 	}
 }
 
-// committed is Commit's part: it returns a failed write's error with
-// CheckpointRequired, and starts a checkpoint of the state w just
-// committed if one is due and the writer is free.
+// committed is Commit's part: it starts a checkpoint of the state w just
+// committed if one is due and the writer is free. It fails only if the
+// state cannot be copied (a metadata entry that does not encode), with
+// CheckpointRequired.
 func (c *checkpointer) committed(w *Worker) error {
-	if err := c.takeFailed(); err != nil {
-		return err
-	}
 	if w.iter > 0 && w.iter%c.every == 0 {
 		c.due = true
 	}
@@ -111,6 +110,17 @@ func (w *Worker) checkpointFailpoint() func(io.Writer) io.Writer {
 	return func(f io.Writer) io.Writer {
 		return &dieAfter{w: f, n: w.failAt.bytes, die: func() { w.die(FailCheckpoint, iter) }}
 	}
+}
+
+// requiredFailed reports whether a write failed with CheckpointRequired:
+// the next boundary's record says so, and the job ends there.
+func (c *checkpointer) requiredFailed() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed != nil
 }
 
 // takeFailed returns and clears a recorded failure.

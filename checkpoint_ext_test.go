@@ -293,3 +293,86 @@ func TestResumeRefusesAMisfit(t *testing.T) {
 		t.Fatalf("resuming with a tensor more: %v; want ErrDiverged saying the entries differ", err)
 	}
 }
+
+// TestCheckpointDiskFaults: a worker whose checkpoint directory vanishes
+// mid-run logs one error line per checkpoint it could not write, and
+// trains on to the end; with CheckpointRequired, the next Boundary
+// returns the failure (ErrCheckpoint, naming the file) instead.
+func TestCheckpointDiskFaults(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		t.Run(map[bool]string{false: "logged", true: "required"}[required], func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			log := &transporttest.LogBuffer{}
+			m := newToy()
+			c := gyretest.MakeCluster(t, gyretest.Options{N: 1,
+				Config: func(r int, cfg *gyre.Config) {
+					cfg.GlobalBatch, cfg.CheckpointDir, cfg.CheckpointEvery, cfg.CheckpointRequired = 24, dir, 10, required
+					l := zerolog.New(log).Level(zerolog.InfoLevel)
+					cfg.Logger = &l
+				},
+				State: func(int) *gyre.State { return m.state() }})
+			w := c.Workers[0]
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var err error
+			for w.Iter() < 45 && err == nil {
+				if w.Iter() == 15 {
+					if err := os.RemoveAll(dir); err != nil {
+						t.Fatal(err)
+					}
+				}
+				err = trainStep(ctx, w, m)
+				gyre.WaitCheckpoint(w) // each checkpoint is tried at its iteration
+			}
+			failed := strings.Count(log.String(), "checkpoint not written")
+			if !required {
+				if err != nil || w.Iter() != 45 || failed != 3 {
+					t.Fatalf("ended at iteration %d with %v, %d error lines; want 45, no error, one line each for 20, 30 and 40:\n%s", w.Iter(), err, failed, log)
+				}
+				return
+			}
+			if !errors.Is(err, gyre.ErrCheckpoint) || !strings.Contains(err.Error(), checkpoint.FileName(1, 20)) || w.Iter() != 20 || failed != 1 {
+				t.Fatalf("required: ended at iteration %d with %v, %d error lines; want ErrCheckpoint naming %s from the boundary of 20, one line:\n%s",
+					w.Iter(), err, failed, checkpoint.FileName(1, 20), log)
+			}
+		})
+	}
+}
+
+// TestRequiredCheckpointEndsTheJob: in a job of 3 sharing one directory,
+// rank 0 writes; when its write fails with --checkpoint-required, every
+// worker's next Boundary returns ErrCheckpoint, the others' naming rank
+// 0, so the whole job ends instead of going on without checkpoints.
+func TestRequiredCheckpointEndsTheJob(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	models := make([]*toy, 3)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3,
+		Config: func(r int, cfg *gyre.Config) {
+			cfg.GlobalBatch, cfg.CheckpointDir, cfg.CheckpointEvery, cfg.CheckpointRequired = 24, dir, 10, true
+		},
+		State: func(r int) *gyre.State {
+			models[r] = newToy()
+			return models[r].state()
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := c.Run(func(r int, w *gyre.Worker) error {
+		for w.Iter() < 45 {
+			if w.Iter() == 15 && r == 0 {
+				if err := os.RemoveAll(dir); err != nil {
+					return err
+				}
+			}
+			if err := trainStep(ctx, w, models[r]); err != nil {
+				return err
+			}
+			gyre.WaitCheckpoint(w)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if !errors.Is(err, gyre.ErrCheckpoint) || r > 0 && !strings.Contains(err.Error(), "rank 0") {
+			t.Errorf("rank %d: %v; want ErrCheckpoint (naming rank 0 on the others)", r, err)
+		}
+	}
+}

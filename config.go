@@ -269,7 +269,7 @@ type Config struct {
 	// keeps; older ones are removed. Default DefaultCheckpointKeep.
 	CheckpointKeep int
 	// CheckpointRequired makes a checkpoint that could not be written end
-	// the job: the next Commit returns the error (ErrCheckpoint). By
+	// the job: every worker's next Boundary returns ErrCheckpoint. By
 	// default the failure is logged and training goes on.
 	CheckpointRequired bool
 

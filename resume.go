@@ -62,9 +62,18 @@ func (w *Worker) resume(ctx context.Context) error {
 	if snap != nil {
 		rec.iter, rec.epoch, rec.digest = snap.Iter, snap.Epoch, snap.Sum
 	}
+	if w.ckpt != nil {
+		rec.dirEpoch = w.ckpt.dir.HighestEpoch()
+	}
 	recs, err := w.vote(ctx, vs, rec)
 	if err != nil {
 		return err
+	}
+	// This job's checkpoints count their epochs on from the highest any
+	// member's directory names, valid or not (checkpointer.fill), so that
+	// they sort above every file there and pruning keeps them.
+	for _, r := range recs {
+		w.epochBase = max(w.epochBase, r.epoch, r.dirEpoch)
 	}
 	root := newestCheckpoint(recs)
 	if root < 0 {
@@ -72,12 +81,15 @@ func (w *Worker) resume(ctx context.Context) error {
 	}
 	won := recs[root]
 	var loadErr error
+	carried := int64(0) // the holder brings its balance models
 	if vs.rank == root {
-		loadErr = w.loadCheckpoint(snap, name, len(vs.ids))
+		if loadErr = w.loadCheckpoint(name, len(vs.ids)); loadErr == nil && len(w.fits) > 0 {
+			carried = 1
+		}
 	}
-	// Every member learns whether the holder loaded it before any waits
-	// for its broadcast.
-	loaded, err := w.vote(ctx, vs, record{kind: kindResume, iter: -1, status: statusOf(loadErr)})
+	// Every member learns whether the holder loaded it, and what it
+	// brings, before any waits for its broadcast.
+	loaded, err := w.vote(ctx, vs, record{kind: kindResume, iter: -1, status: statusOf(loadErr), share: carried})
 	if err != nil {
 		return errors.Join(loadErr, err)
 	}
@@ -88,17 +100,18 @@ func (w *Worker) resume(ctx context.Context) error {
 		}
 		return w.settle(ctx, vs, loadErr)
 	}
-	// Later checkpoints count their epochs on from this one's, so that
-	// they are newer than it (checkpointer.fill).
-	w.epochBase = won.epoch
 	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
 		return err
 	}
 	if err := w.state.commit(w.iter); err != nil {
 		return err
 	}
-	if err := w.syncFits(ctx, root); err != nil {
-		return err
+	// The view's shares stand (equal or --shares, within the devices'
+	// memory) unless the holder brings the models of as many workers.
+	if loaded[root].share == 1 {
+		if err := w.syncFits(ctx, root); err != nil {
+			return err
+		}
 	}
 	w.resumed = Resumed{File: checkpoint.FileName(won.epoch, won.iter), Rank: root, ID: string(vs.ids[root]),
 		Epoch: won.epoch, Iter: w.iter}
@@ -109,6 +122,7 @@ func (w *Worker) resume(ctx context.Context) error {
 
 // newestOwnCheckpoint returns the newest valid checkpoint of this
 // worker's directory, logging each newer one that is not valid.
+// The snapshot holds no values.
 func (w *Worker) newestOwnCheckpoint() (*checkpoint.Snapshot, string) {
 	if w.ckpt == nil {
 		return nil, ""
@@ -124,13 +138,18 @@ func (w *Worker) newestOwnCheckpoint() (*checkpoint.Snapshot, string) {
 // the ones that decide which samples each iteration takes.
 var resumeSettings = []string{"GlobalBatch (--batch)", "RNGSeed (--rng-seed)", "DatasetSize"}
 
-// loadCheckpoint checks that s fits this worker's registered state and
-// settings, then copies it into the registered values, with its
-// iteration and, if it was taken with as many workers as the view
-// holds, its balance models. name is for errors.
-func (w *Worker) loadCheckpoint(s *checkpoint.Snapshot, name string, workers int) error {
+// loadCheckpoint reads the checkpoint name of this worker's directory,
+// checks that it fits the registered state and settings, then copies it
+// into the registered values, with its iteration and, under LB-BSP, if
+// it was taken with as many workers as the view holds, its balance
+// models.
+func (w *Worker) loadCheckpoint(name string, workers int) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%w: checkpoint %s: %s", ErrDiverged, name, fmt.Sprintf(format, args...))
+	}
+	s, err := w.ckpt.dir.Load(name)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDiverged, err) // it read as valid a moment ago
 	}
 	entries := w.state.entries
 	if len(s.Entries) != len(entries) {
@@ -175,7 +194,7 @@ func (w *Worker) loadCheckpoint(s *checkpoint.Snapshot, name string, workers int
 	}
 	w.iter = s.Iter
 	w.fits = nil
-	if s.Workers == workers && len(s.Balance) > 0 {
+	if w.cfg.Balance == BalanceLBBSP && s.Workers == workers && len(s.Balance) > 0 {
 		var fits map[string]balance.Worker
 		if err := json.Unmarshal(s.Balance, &fits); err != nil {
 			w.log.Warn().Err(err).Str("file", name).Msg("the checkpoint's balance models are unreadable; shares start equal")

@@ -177,11 +177,15 @@ type record struct {
 	minShare, maxShare int64
 	headroom           int64
 	// epoch is the job epoch of the newest checkpoint this worker holds
-	// (kindResume; its iteration is in iter, its checksum in digest).
-	epoch uint64
+	// (kindResume; its iteration is in iter, its checksum in digest), and
+	// dirEpoch the highest any file of its directory names, valid or not.
+	epoch, dirEpoch uint64
+	// ckptFailed says a checkpoint of this worker's could not be written
+	// and it runs with CheckpointRequired (kindBoundary): the job ends.
+	ckptFailed bool
 }
 
-const recordLen = 21 + joinerSlots + spareWords
+const recordLen = 23 + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
@@ -191,7 +195,7 @@ func (r *record) encode() []int64 {
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
-	row = append(row, r.headroom, boolInt(r.model.Flat), int64(r.epoch))
+	row = append(row, r.headroom, boolInt(r.model.Flat), int64(r.epoch), int64(r.dirEpoch), boolInt(r.ckptFailed))
 	return row[:recordLen]
 }
 
@@ -206,7 +210,8 @@ func decodeRecord(row []int64) (record, int64) {
 	}
 	r.headroom = row[18+joinerSlots]
 	r.model.Flat = row[19+joinerSlots] != 0
-	r.epoch = uint64(row[20+joinerSlots])
+	r.epoch, r.dirEpoch = uint64(row[20+joinerSlots]), uint64(row[21+joinerSlots])
+	r.ckptFailed = row[22+joinerSlots] != 0
 	return r, row[0] >> 8
 }
 

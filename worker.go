@@ -1063,7 +1063,6 @@ func (w *Worker) Leave(ctx context.Context) error {
 func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
-		w.ckpt.wait() // a checkpoint under way is finished first
 		w.closed.Store(true)
 		w.stop()
 		w.mu.Lock()

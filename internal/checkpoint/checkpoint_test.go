@@ -86,6 +86,9 @@ func TestEveryDamageIsCaught(t *testing.T) {
 		if _, err := Decode(bytes.NewReader(b[:n]), int64(n), "cut"); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("truncated to %d of %d bytes: %v, want ErrCorrupt", n, len(b), err)
 		}
+		if _, err := Check(bytes.NewReader(b[:n]), int64(n), "cut"); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Check of a file truncated to %d of %d bytes: %v, want ErrCorrupt", n, len(b), err)
+		}
 	}
 	for i := range len(b) {
 		for bit := range 8 {
@@ -194,8 +197,11 @@ func TestNewestSkipsDamagedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, name, bad := d.Newest()
-	if s == nil || name != FileName(1, 20) || s.Iter != 20 {
-		t.Fatalf("Newest = %v %q, want iteration 20", s, name)
+	if s == nil || name != FileName(1, 20) || s.Iter != 20 || s.Values != nil || s.Sum == 0 {
+		t.Fatalf("Newest = %v %q, want iteration 20, checked, its values not kept", s, name)
+	}
+	if e := d.HighestEpoch(); e != 1 {
+		t.Fatalf("HighestEpoch = %d, want 1", e)
 	}
 	if len(bad) != 2 || !strings.Contains(bad[0].Error(), newest) || !strings.Contains(bad[1].Error(), second) {
 		t.Fatalf("Newest's errors %v; want the truncated and the damaged file, named", bad)

@@ -97,7 +97,10 @@ func cmpDesc[T int64 | uint64](a, b T) int {
 }
 
 // Load reads and checks the checkpoint file name.
-func (d Dir) Load(name string) (*Snapshot, error) {
+func (d Dir) Load(name string) (*Snapshot, error) { return d.read(name, true) }
+
+// read is Load, keeping the values or only checking them.
+func (d Dir) read(name string, keep bool) (*Snapshot, error) {
 	path := filepath.Join(d.Path, name)
 	f, err := os.Open(path)
 	if err != nil {
@@ -108,7 +111,7 @@ func (d Dir) Load(name string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := Decode(f, st.Size(), path)
+	s, err := decode(f, st.Size(), path, keep)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +124,8 @@ func (d Dir) Load(name string) (*Snapshot, error) {
 // Newest returns the newest checkpoint of the directory that reads as
 // valid, or nil if there is none, with an error for each newer file that
 // did not (truncated, damaged, unreadable), naming it. A directory that
-// does not exist holds none.
+// does not exist holds none. The snapshot holds no values: Load reads
+// them.
 func (d Dir) Newest() (*Snapshot, string, []error) {
 	infos, err := d.List()
 	if errors.Is(err, fs.ErrNotExist) {
@@ -132,13 +136,24 @@ func (d Dir) Newest() (*Snapshot, string, []error) {
 	}
 	var bad []error
 	for _, in := range infos {
-		s, err := d.Load(in.Name)
+		s, err := d.read(in.Name, false)
 		if err == nil {
 			return s, in.Name, bad
 		}
 		bad = append(bad, err)
 	}
 	return nil, "", bad
+}
+
+// HighestEpoch returns the highest epoch any checkpoint file of the
+// directory names, valid or not (0 if none): checkpoints written after
+// it must carry a higher one, or Prune would take them for older.
+func (d Dir) HighestEpoch() uint64 {
+	infos, err := d.List()
+	if err != nil || len(infos) == 0 {
+		return 0
+	}
+	return infos[0].Epoch
 }
 
 // Write writes s into the directory atomically, as FileName(s.Epoch,

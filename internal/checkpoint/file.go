@@ -203,6 +203,16 @@ func reverse(b []byte) {
 // the magic, the version, the lengths against size, and the checksum,
 // before any value is trusted. name is used in errors.
 func Decode(r io.Reader, size int64, name string) (*Snapshot, error) {
+	return decode(r, size, name, true)
+}
+
+// Check is Decode without keeping the values: it returns the header and
+// checksum of a valid checkpoint, reading it through once.
+func Check(r io.Reader, size int64, name string) (*Snapshot, error) {
+	return decode(r, size, name, false)
+}
+
+func decode(r io.Reader, size int64, name string, keep bool) (*Snapshot, error) {
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
 	}
@@ -247,9 +257,18 @@ func Decode(r io.Reader, size int64, name string) (*Snapshot, error) {
 	if want != size {
 		return nil, corrupt("%d bytes, its header accounts for %d", size, want)
 	}
-	s.Values = make([]Value, len(s.Entries))
+	if keep {
+		s.Values = make([]Value, len(s.Entries))
+	}
 	for i, e := range s.Entries {
-		if err := readValue(tr, e, &s.Values[i]); err != nil {
+		var err error
+		if keep {
+			err = readValue(tr, e, &s.Values[i])
+		} else {
+			n, _ := e.bytes()
+			_, err = io.CopyN(io.Discard, tr, n)
+		}
+		if err != nil {
 			return nil, corrupt("entry %q: %v", e.Name, err)
 		}
 	}
@@ -265,9 +284,13 @@ func Decode(r io.Reader, size int64, name string) (*Snapshot, error) {
 	return s, nil
 }
 
+// maxLen bounds an entry's length, so that its size in bytes cannot
+// overflow.
+const maxLen = 1 << 50
+
 // bytes returns the size of e's values in the file.
 func (e Entry) bytes() (int64, bool) {
-	if e.Len < 0 {
+	if e.Len < 0 || e.Len > maxLen {
 		return 0, false
 	}
 	switch e.Kind {
