@@ -158,7 +158,7 @@ func copyDir(t *testing.T, src, dst string) {
 // TestCheckpointWriterKilledMidFile: a lone gyre train process dies
 // (GYRE_FAILPOINT=checkpoint@20:BYTES, as kill -9 would) while it writes
 // the checkpoint of iteration 20, after 0 bytes, a few, half the file and
-// all but its last bytes. No file that reads as a checkpoint is partial:
+// nearly all of it. No file that reads as a checkpoint is partial:
 // the directory's newest valid checkpoint is iteration 10's, with no
 // damaged file to report, and a run started again resumes from it. (A
 // process exit is not a power loss: this does not test the fsyncs.)
@@ -168,7 +168,7 @@ func TestCheckpointWriterKilledMidFile(t *testing.T) {
 	root := t.TempDir()
 	run := func(dir, iters, failpoint string) (string, error) {
 		cmd := exec.Command(gyre, "--log-level", "warn", "train", "--name", "w", "--iters", iters, "--target-acc", "0",
-			"--eval-every", "1000", "--checkpoint-dir", dir, "--checkpoint-every", "10")
+			"--eval-every", "1000", "--checkpoint-dir", dir, "--checkpoint-every", "10", "--balance", "static")
 		cmd.Env = append(withoutGyreVars(), "GYRE_FAILPOINT="+failpoint)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -182,7 +182,11 @@ func TestCheckpointWriterKilledMidFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	size := st.Size()
-	for _, n := range []int64{0, 1, 16, 200, size / 2, size - 9, size - 8, size - 1} {
+	// The header's time of writing varies by up to 9 bytes from one
+	// checkpoint to the next (static balance keeps models out of it), so
+	// the cuts near the end keep a margin; the package's own test cuts
+	// every byte.
+	for _, n := range []int64{0, 1, 16, 200, size / 2, size - 40, size - 20, size - 12} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			dir := filepath.Join(root, fmt.Sprint(n))
 			out, err := run(dir, "40", fmt.Sprintf("checkpoint@20:%d", n))
