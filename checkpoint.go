@@ -1,6 +1,7 @@
 package gyre
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,19 +191,39 @@ func (c *checkpointer) fill(w *Worker) error {
 // finish writes, at the job's end (Leave), a checkpoint that fell due
 // while the writer was busy, and waits for it: the job's last checkpoint
 // is not lost to a slow disk. With CheckpointRequired it returns a
-// failed write's error.
-func (c *checkpointer) finish(w *Worker) error {
+// failed write's error. A disk that hangs (a dead network mount) holds it
+// only until ctx ends.
+func (c *checkpointer) finish(ctx context.Context, w *Worker) error {
 	if c == nil {
 		return nil
 	}
-	c.writer.Wait()
+	if err := c.waitWriter(ctx); err != nil {
+		return err
+	}
 	if c.due {
 		if err := c.committed(w); err != nil {
 			return err
 		}
-		c.writer.Wait()
+		if err := c.waitWriter(ctx); err != nil {
+			return err
+		}
 	}
 	return c.takeFailed()
+}
+
+// waitWriter waits for the write under way, or until ctx ends.
+func (c *checkpointer) waitWriter(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		c.writer.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for the checkpoint under way in %s: %w", ErrCheckpoint, c.dir.Path, ctx.Err())
+	}
 }
 
 // jobEpoch is the epoch checkpoints carry: the view's, counted on from

@@ -1,9 +1,13 @@
 package gyre
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/gyre-ml/gyre/internal/checkpoint"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -32,5 +36,27 @@ func BenchmarkCheckpointSnapshot(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFinishEndsWithItsContext: Leave's wait for a write that does not
+// end (a hung mount; here a report that blocks) ends with its context.
+func TestFinishEndsWithItsContext(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c := &checkpointer{dir: checkpoint.Dir{Path: t.TempDir()}}
+	c.writer = checkpoint.NewWriter(c.dir, 1, func(checkpoint.Result) { <-release })
+	s := NewState().Float64("w", make([]float64, 4))
+	if err := s.commit(10); err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{state: s, cur: &viewState{view: View{Epoch: 1}, ids: []transport.PeerID{"a"}}}
+	if err := c.fill(w); err != nil || !c.writer.Start(&c.snap, nil) {
+		t.Fatalf("could not start a write: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.finish(ctx, w); !errors.Is(err, ErrCheckpoint) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("finish = %v; want ErrCheckpoint and the context's deadline", err)
 	}
 }

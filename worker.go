@@ -1042,7 +1042,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 	if err := w.idle(); err != nil {
 		return err
 	}
-	ckptErr := w.ckpt.finish(w)
+	ckptErr := w.ckpt.finish(ctx, w)
 	err := w.cur.ctrl.Barrier(ctx)
 	if err == nil {
 		fctx, cancel := context.WithTimeout(ctx, w.cfg.CollectiveTimeout)
