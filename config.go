@@ -152,7 +152,10 @@ type Config struct {
 	// Seeds are gossip seed addresses (host:port) of any live members: a
 	// worker with Seeds joins the job through them and waits, pending,
 	// until a boundary admits it into the view. A worker with Listen and
-	// no Seeds starts a job. Seeds excludes Peers, Rank, WorldSize and
+	// no Seeds starts a job. Seeds may name this worker too, so that
+	// every worker is given one list: a worker leaves its own address
+	// out, and the first seed's worker starts the job unless another
+	// seed is in a running one (docs/deploy.md). Seeds excludes Peers, Rank, WorldSize and
 	// Shares, which the view decides.
 	Seeds []string
 	// MinWorkers is how many workers must be in the view before iteration

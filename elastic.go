@@ -63,8 +63,13 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 	}
 	w.meta = newMetaPublisher(w.node, w.log)
 	w.log.Info().Str("gossip", w.node.Addr()).Str("data", self.Addr).Str("job", cfg.Job).Msg("gossip started")
-	prestart := true
-	if len(cfg.Seeds) == 0 {
+	prestart, starting := true, len(cfg.Seeds) == 0
+	if !starting {
+		if starting, err = w.joinSeeds(ctx); err != nil {
+			return err
+		}
+	}
+	if starting {
 		vs, err := w.newViewState(1, []member{self}, 0, EqualShares(cfg.GlobalBatch, 1), 0)
 		if err != nil {
 			return err
@@ -76,10 +81,13 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		w.meta.publish(w.nodeMeta(1, 0))
 		w.log.Info().Str("seed", w.node.Addr()).Msg("started a new job: others join it with --seed")
 	} else {
-		if err := w.joinSeeds(ctx); err != nil {
-			return err
+		w.log.Info().Strs("seeds", w.seeds).Msg("gossip joined; pending until a boundary admits this worker")
+		if w.namedSeed {
+			// With one seed list for all, the workers that joined before
+			// the starter came up may only know each other: join through
+			// the seeds again until admitted.
+			defer w.regossip(ctx, nil)()
 		}
-		w.log.Info().Strs("seeds", cfg.Seeds).Msg("gossip joined; pending until a boundary admits this worker")
 		for {
 			wel, err := w.awaitWelcome(ctx)
 			if err != nil {
@@ -133,21 +141,42 @@ func (w *Worker) nodeMeta(epoch uint64, rank int) membership.Meta {
 		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String()}
 }
 
-// joinSeeds joins gossip through the seeds, retrying while they start.
-// A seed that answers with another cluster secret fails at once.
-func (w *Worker) joinSeeds(ctx context.Context) error {
+// joinSeeds joins gossip through the seeds, retrying while they start,
+// and reports whether this worker, the first seed, is to start the job
+// (seeds.go). A seed that answers with another cluster secret fails at
+// once.
+func (w *Worker) joinSeeds(ctx context.Context) (start bool, err error) {
 	var warned time.Time
 	began := time.Now()
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := w.node.Join(actx, w.cfg.Seeds)
-		cancel()
-		if err == nil {
-			return nil
+		others, named, starter := seedRoles(w.cfg.Seeds, w.selfSeed(ctx))
+		w.seeds, w.namedSeed = others, named
+		if len(others) == 0 {
+			w.log.Info().Strs("seeds", w.cfg.Seeds).Msg("the only seed is this worker: starting the job")
+			return true, nil
 		}
-		if isKeyMismatch(err) {
-			return fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
-				w.cfg.Seeds, err)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.node.Join(actx, others)
+		cancel()
+		if err != nil && isKeyMismatch(err) {
+			return false, fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
+				others, err)
+		}
+		if starter {
+			switch {
+			case err != nil:
+				w.log.Info().Err(err).Strs("seeds", others).Msg("this worker is the first seed and no other seed answers: starting the job")
+				return true, nil
+			case runningJob(jobWorkers(w.node.Members(), w.cfg.Job), w.cfg.Name):
+				w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the job is running: joining it")
+				return false, nil
+			default:
+				w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the other seeds run no job: starting the job")
+				return true, nil
+			}
+		}
+		if err == nil {
+			return false, nil
 		}
 		// A warning after seedQuiet and then every seedWarnEvery: a seed
 		// started with its joiners answers within moments, but a wrong
@@ -157,12 +186,12 @@ func (w *Worker) joinSeeds(ctx context.Context) error {
 			ev, warned = w.log.Warn(), time.Now()
 		}
 		deadline, _ := ctx.Deadline()
-		ev.Err(err).Strs("seeds", w.cfg.Seeds).Int("attempts", attempt+1).Time("until", deadline).
+		ev.Err(err).Strs("seeds", others).Int("attempts", attempt+1).Time("until", deadline).
 			Msg("no seed answers yet; retrying")
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", w.cfg.Seeds, w.joinEnded(ctx), err)
+			return false, fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", others, w.joinEnded(ctx), err)
 		}
 	}
 }

@@ -259,3 +259,18 @@ func TestComebackAtNewAddress(t *testing.T) {
 	}
 	gyretest.EnsureSameState(t, c.States[0], c.States[2], c.States[3])
 }
+
+// TestSharedSeedsStartOneJob: three workers started together with the
+// same seed list, naming all three, form one job: the first seed's
+// worker starts it, and the others, whichever they reach first, are
+// admitted into it. Two jobs would leave some Join waiting for
+// MinWorkers until its deadline.
+func TestSharedSeedsStartOneJob(t *testing.T) {
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true, SharedSeeds: true})
+	epoch := c.Workers[0].View().Epoch
+	for i, w := range c.Workers {
+		if v := w.View(); v.Epoch != epoch || len(v.Members) != 3 {
+			t.Fatalf("worker %d: view %+v, want the 3 workers at epoch %d", i, v, epoch)
+		}
+	}
+}

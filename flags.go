@@ -69,7 +69,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (empty: "+DefaultListen+")")
 	fs.StringVar(&c.DataAddr, "data-addr", c.DataAddr, "data-plane listen address (empty: the gossip port + 1)")
 	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "host the others reach this worker at, for gossip and data (empty: --data-addr's host)")
-	fs.listVar(&stringList{p: &c.Seeds}, "seed", "gossip seed address host:port of any member, comma-separated or repeated")
+	fs.listVar(&stringList{p: &c.Seeds}, "seed", "gossip seed address host:port of any member, comma-separated or repeated; a list naming this worker too may be given to every worker alike: the first seed's worker starts the job if no other seed runs it")
 	fs.StringVar(&c.Job, "job", c.Job, "job name in gossip (empty: "+DefaultJob+")")
 	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, fmt.Sprintf("largest view; further joiners wait (0: %d)", MaxView))
 	fs.StringVar(&c.GossipTiming, "gossip-timing", c.GossipTiming, "memberlist timing preset: lan or local (empty: lan)")

@@ -54,7 +54,7 @@ func (w *Worker) regossip(ctx context.Context, members []transport.PeerID) (stop
 	go func() {
 		defer close(done)
 		for {
-			addrs := slices.Clone(w.cfg.Seeds)
+			addrs := slices.Clone(w.seeds)
 			for _, m := range w.node.All() {
 				if slices.Contains(members, transport.PeerID(m.Name)) && !slices.Contains(addrs, m.Addr) {
 					addrs = append(addrs, m.Addr)

@@ -50,6 +50,10 @@ type Options struct {
 	// the job, the others join through it, and iteration 0 waits for all
 	// N. A worker's index is then its start order, not its rank.
 	Gossip bool
+	// SharedSeeds, with Gossip, gives every worker the same seeds, every
+	// gossip address with worker 0's first, as a StatefulSet gives its
+	// pods one command: worker 0 is the starter (gyre.Config.Seeds).
+	SharedSeeds bool
 	// Unreachable, if set, says which workers (by index) cannot be
 	// reached on the data plane, as behind a firewall that drops what
 	// arrives, or with a wrong --advertise: such a worker advertises the
@@ -199,7 +203,10 @@ func freePorts(tb testing.TB, n int) []string {
 func (c *Cluster) gossipConfig(tb testing.TB, r int, data, listen string, seeds []string) gyre.Config {
 	cfg := gyre.Config{Key: c.key, Transport: c.o.Transport, Listen: listen, DataAddr: data, Name: data,
 		GossipTiming: gyre.GossipLocal, Logger: new(transporttest.Logger(tb))}
-	if r > 0 {
+	switch {
+	case c.o.SharedSeeds && seeds == nil:
+		cfg.Seeds = c.GossipAddrs
+	case r > 0:
 		cfg.Seeds = seeds
 		if seeds == nil {
 			cfg.Seeds = c.GossipAddrs[:1]
