@@ -86,6 +86,12 @@ type ProcOptions struct {
 	// others join through its gossip address, iteration 0 waits for all
 	// N, and data ports ascend with the index, so index r is rank r.
 	Gossip bool
+	// SharedSeeds, with Gossip, gives every process the same seeds, every
+	// gossip address with process 0's first, as a StatefulSet gives its
+	// pods one command: process 0 is the starter (Config.Seeds). The
+	// processes start in reverse order, so that the others gossip among
+	// themselves before the starter is up.
+	SharedSeeds bool
 }
 
 // Procs is a running job of real processes.
@@ -96,12 +102,16 @@ type Procs struct {
 	// GossipAddrs are their gossip addresses with ProcOptions.Gossip.
 	GossipAddrs []string
 	procs       []*proc
-	start       time.Time
-	o           ProcOptions
-	base        []string
+	// earlier are processes that Restart replaced, for the logs.
+	earlier []*proc
+	start   time.Time
+	o       ProcOptions
+	base    []string
 }
 
 type proc struct {
+	rank     int
+	env      []string
 	cmd      *exec.Cmd
 	out, err transporttest.LogBuffer // a locked buffer: the copier writes, the test reads
 	done     chan struct{}
@@ -149,10 +159,22 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 		p.GossipAddrs = ports[o.N:]
 	}
 	tb.Cleanup(func() { p.cleanup(tb) })
-	for r := range o.N {
+	p.procs = make([]*proc, o.N)
+	order := make([]int, o.N)
+	for r := range order {
+		order[r] = r
+		if o.SharedSeeds {
+			order[r] = o.N - 1 - r
+		}
+	}
+	for _, r := range order {
 		var env []string
 		if o.Gossip {
-			env = p.gossipEnv(r, p.GossipAddrs[:1])
+			seeds := p.GossipAddrs[:1]
+			if o.SharedSeeds {
+				seeds = p.GossipAddrs
+			}
+			env = p.gossipEnv(r, seeds)
 			env = append(env, gyre.EnvMinWorkers+"="+strconv.Itoa(o.N))
 		} else {
 			env = []string{
@@ -181,14 +203,14 @@ func sortedPorts(addrs []string) []string {
 }
 
 // gossipEnv is process r's gossip settings: index 0 starts the job, the
-// others join through seeds.
+// others join through seeds; with SharedSeeds all have the seeds.
 func (p *Procs) gossipEnv(r int, seeds []string) []string {
 	env := []string{
 		gyre.EnvListen + "=" + p.GossipAddrs[r],
 		gyre.EnvDataAddr + "=" + p.Peers[r],
 		gyre.EnvGossipTiming + "=" + gyre.GossipLocal,
 	}
-	if r > 0 {
+	if r > 0 || p.o.SharedSeeds {
 		env = append(env, gyre.EnvSeed+"="+strings.Join(seeds, ","))
 	}
 	return env
@@ -207,6 +229,7 @@ func (p *Procs) Add(tb testing.TB, seeds ...string) int {
 		seeds = p.GossipAddrs[:1]
 	}
 	r := len(p.procs)
+	p.procs = append(p.procs, nil)
 	// Workers added just before may not have bound their ports yet.
 	ports := freePortsBut(tb, 2, p.Peers, p.GossipAddrs)
 	p.Peers = append(p.Peers, ports[0])
@@ -218,7 +241,6 @@ func (p *Procs) Add(tb testing.TB, seeds ...string) int {
 // startProc starts process r with the harness's environment plus env.
 func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 	tb.Helper()
-	argv := p.o.Argv(r)
 	env = append(slices.Clone(p.base), append(env,
 		gyre.EnvLocalRank+"="+strconv.Itoa(r),
 		gyre.EnvTransport+"="+p.o.Transport,
@@ -226,7 +248,14 @@ func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 	if p.o.Env != nil {
 		env = append(env, p.o.Env(r)...)
 	}
-	pr := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	p.run(tb, r, env)
+}
+
+// run starts process r with exactly env, in slot r.
+func (p *Procs) run(tb testing.TB, r int, env []string) {
+	tb.Helper()
+	argv := p.o.Argv(r)
+	pr := &proc{rank: r, env: env, cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
 	pr.cmd.Env = env
 	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.err
 	if err := pr.cmd.Start(); err != nil {
@@ -237,7 +266,23 @@ func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 		pr.ended = time.Now()
 		close(pr.done)
 	}()
-	p.procs = append(p.procs, pr)
+	p.procs[r] = pr
+}
+
+// Restart starts process r again, with the same program, arguments and
+// environment (the same ports), as a supervisor restarts a crashed pod
+// or task. The old process must have exited or be about to: Restart
+// waits up to 10 s for it.
+func (p *Procs) Restart(tb testing.TB, r int) {
+	tb.Helper()
+	old := p.procs[r]
+	select {
+	case <-old.done:
+	case <-time.After(10 * time.Second):
+		tb.Fatalf("gyretest: restart of process %d: it is still running", r)
+	}
+	p.earlier = append(p.earlier, old)
+	p.run(tb, r, old.env)
 }
 
 // Pid returns process r's process ID.
@@ -302,6 +347,9 @@ func (p *Procs) cleanup(tb testing.TB) {
 		<-pr.done
 	}
 	if tb.Failed() {
+		for _, pr := range p.earlier {
+			tb.Logf("rank %d before its restart, stdout:\n%s\nstderr:\n%s", pr.rank, pr.out.String(), pr.err.String())
+		}
 		for r, pr := range p.procs {
 			tb.Logf("rank %d stdout:\n%s\nrank %d stderr:\n%s", r, pr.out.String(), r, pr.err.String())
 		}

@@ -21,11 +21,13 @@ import (
 
 // nsJob is one gyre train process per namespace host.
 type nsJob struct {
-	sh    string
-	procs []*nsProc
+	sh, gyre, key string
+	procs         []*nsProc // by host, from host 1
+	earlier       []*nsProc // processes a restart replaced
 }
 
 type nsProc struct {
+	host     int
 	cmd      *exec.Cmd
 	out, err transporttest.LogBuffer
 	done     chan struct{}
@@ -48,9 +50,9 @@ func (j *nsJob) addr(t *testing.T, i int) string {
 	return strings.TrimSpace(string(out))
 }
 
-// startNSJob brings up n hosts and starts a gossip job of gyre train on
-// them, host 1 the seed, with the given extra flags.
-func startNSJob(t *testing.T, n int, iters int) *nsJob {
+// upNS brings up n namespace hosts and a cluster secret for them, and
+// takes them down when the test ends.
+func upNS(t *testing.T, n int) *nsJob {
 	t.Helper()
 	if os.Getenv("GYRE_CLUSTER_TESTS") != "1" {
 		t.Skip("namespace-host scenario: runs in the GYRE_CLUSTER_TESTS step of CI (GYRE_CLUSTER_TESTS=1, root, $CLUSTER_SH)")
@@ -59,8 +61,7 @@ func startNSJob(t *testing.T, n int, iters int) *nsJob {
 	if _, err := os.Stat(sh); err != nil || os.Geteuid() != 0 {
 		t.Fatalf("GYRE_CLUSTER_TESTS=1 needs root and CLUSTER_SH naming the cluster script (README); CLUSTER_SH=%q: %v", sh, err)
 	}
-	gyre := gyretest.Gyre(t)
-	j := &nsJob{sh: sh}
+	j := &nsJob{sh: sh, gyre: gyretest.Gyre(t)}
 	for _, tool := range []string{"tc", "iptables"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			j.cluster(t, "deps") // iproute2 and iptables
@@ -71,20 +72,55 @@ func startNSJob(t *testing.T, n int, iters int) *nsJob {
 	t.Cleanup(func() {
 		exec.Command(sh, "down").Run()
 		if t.Failed() {
-			for i, p := range j.procs {
-				t.Logf("host %d:\n%s\n%s", i+1, lastLines(p.out.String(), 8), p.err.String())
+			for _, p := range j.earlier {
+				t.Logf("host %d before its restart:\n%s\n%s", p.host, lastLines(p.out.String(), 8), p.err.String())
+			}
+			for _, p := range j.procs {
+				t.Logf("host %d:\n%s\n%s", p.host, lastLines(p.out.String(), 8), p.err.String())
 			}
 		}
 	})
-	key := filepath.Join(t.TempDir(), "cluster.key")
-	if out, err := exec.Command(gyre, "keygen", "--out", key).CombinedOutput(); err != nil {
+	j.key = filepath.Join(t.TempDir(), "cluster.key")
+	if out, err := exec.Command(j.gyre, "keygen", "--out", j.key).CombinedOutput(); err != nil {
 		t.Fatalf("keygen: %v\n%s", err, out)
 	}
+	return j
+}
+
+// start runs gyre with args on host i (1-based) as the job's process i;
+// starting host i again replaces its process (kept for the logs).
+func (j *nsJob) start(t *testing.T, i int, args ...string) *nsProc {
+	t.Helper()
+	p := &nsProc{host: i, cmd: exec.Command(j.sh, append([]string{"run", strconv.Itoa(i), j.gyre}, args...)...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	for len(j.procs) < i {
+		j.procs = append(j.procs, nil)
+	}
+	if old := j.procs[i-1]; old != nil {
+		j.earlier = append(j.earlier, old)
+	}
+	j.procs[i-1] = p
+	return p
+}
+
+// startNSJob brings up n hosts and starts a gossip job of gyre train on
+// them, host 1 the seed, with the given extra flags.
+func startNSJob(t *testing.T, n int, iters int) *nsJob {
+	t.Helper()
+	j := upNS(t, n)
 	seed := j.addr(t, 1) + ":7946"
 	for i := 1; i <= n; i++ {
 		a := j.addr(t, i)
-		args := []string{"run", strconv.Itoa(i), gyre, "--log-level", workerLogLevel(), "train", "--listen", a + ":7946",
-			"--data-addr", a + ":7947", "--key-file", key, "--gossip-timing", "local", "--iters", strconv.Itoa(iters),
+		args := []string{"--log-level", workerLogLevel(), "train", "--listen", a + ":7946",
+			"--data-addr", a + ":7947", "--key-file", j.key, "--gossip-timing", "local", "--iters", strconv.Itoa(iters),
 			"--eval-every", "100", "--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "20s",
 			"--join-timeout", "40s", "--log-positions", "--transport", nsTransport()}
 		if i == 1 {
@@ -92,17 +128,7 @@ func startNSJob(t *testing.T, n int, iters int) *nsJob {
 		} else {
 			args = append(args, "--seed", seed)
 		}
-		p := &nsProc{cmd: exec.Command(sh, args...), done: make(chan struct{})}
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			p.cmd.Wait()
-			p.code = p.cmd.ProcessState.ExitCode()
-			close(p.done)
-		}()
-		j.procs = append(j.procs, p)
+		j.start(t, i, args...)
 	}
 	for deadline := time.Now().Add(60 * time.Second); !progress.MatchString(j.procs[0].out.String()); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -123,7 +149,8 @@ func (j *nsJob) wait(t *testing.T, i int, limit time.Duration) (code int, ok boo
 	}
 }
 
-// finished checks that hosts finished every iteration with one digest.
+// finished checks that hosts finished with one digest at one iteration:
+// iters, or any if iters is negative (a job that stops at a target).
 func (j *nsJob) finished(t *testing.T, iters int, hosts ...int) {
 	t.Helper()
 	digests := map[string][]int{}
@@ -131,11 +158,11 @@ func (j *nsJob) finished(t *testing.T, iters int, hosts ...int) {
 		code, ok := j.wait(t, i, 3*time.Minute)
 		out := j.procs[i-1].out.String()
 		m := digestLine.FindStringSubmatch(out)
-		if !ok || code != 0 || m == nil || m[3] != strconv.Itoa(iters) {
+		if !ok || code != 0 || m == nil || iters >= 0 && m[3] != strconv.Itoa(iters) {
 			t.Errorf("host %d: exited %v (%d); want 0 after iteration %d:\n%s\n%s", i, ok, code, iters, lastLines(out, 5), j.procs[i-1].err.String())
 			continue
 		}
-		digests[m[2]] = append(digests[m[2]], i)
+		digests[m[2]+" at iteration "+m[3]] = append(digests[m[2]+" at iteration "+m[3]], i)
 	}
 	if len(digests) != 1 {
 		t.Errorf("hosts %v ended with %d digests: %v", hosts, len(digests), digests)

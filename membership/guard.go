@@ -182,6 +182,14 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		// end: gossip notices, and the data plane's heartbeats, not
 		// gossip, decide that a worker is lost. Not a warning.
 		level = zerolog.InfoLevel
+	case strings.HasPrefix(msg, "Refuting an alive message"):
+		// This node restarted under its old name, and gossip still held
+		// its old self: memberlist takes the name back. Expected after a
+		// restart, and the metadata bytes it quotes tell a reader nothing.
+		level = zerolog.InfoLevel
+		if i := strings.Index(msg, " meta:("); i >= 0 {
+			msg = msg[:i] + ": gossip still held this node's previous incarnation (restarted under the same name)"
+		}
 	}
 	if i := strings.LastIndex(msg, " from="); i >= 0 && level >= zerolog.WarnLevel {
 		remote := msg[i+len(" from="):]

@@ -11,7 +11,8 @@ import (
 
 // TestLogWriterLevels: memberlist's lines keep their level, except news
 // that is not the user's concern at warning level: a peer that went away
-// (every member does, at a job's end) and a node's own shutdown.
+// (every member does, at a job's end), a node's own shutdown, and a node
+// restarted under its old name taking it back.
 func TestLogWriterLevels(t *testing.T) {
 	for _, tc := range []struct {
 		line string
@@ -23,6 +24,7 @@ func TestLogWriterLevels(t *testing.T) {
 		{"[ERR] memberlist: Failed to accept TCP connection: use of closed network connection", zerolog.DebugLevel},
 		{"[ERR] memberlist: Failed to push local state: no route to host", zerolog.ErrorLevel},
 		{"[DEBUG] memberlist: Stream connection from=127.0.0.1:5000", zerolog.DebugLevel},
+		{"[WARN] memberlist: Refuting an alive message for 'w-1' (127.0.0.1:7946) meta:([1 1 2] VS [1 1 0]), vsn:([1 5 2 0 0 0] VS [1 5 2 0 0 0])", zerolog.InfoLevel},
 	} {
 		var out bytes.Buffer
 		zl := zerolog.New(&out).Level(zerolog.DebugLevel)
