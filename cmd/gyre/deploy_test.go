@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The deployment files, relative to this package.
+const (
+	deployK8s    = "../../deploy/k8s"
+	deploySlurm  = "../../deploy/slurm/gyre.sbatch"
+	deployDocker = "../../Dockerfile"
+	deployDoc    = "../../docs/deploy.md"
+)
+
+// k8sObject is the part of a manifest the test reads.
+type k8sObject struct {
+	Kind     string
+	Metadata struct{ Name string }
+	Spec     struct {
+		// Service
+		ClusterIP                string         `yaml:"clusterIP"`
+		PublishNotReadyAddresses bool           `yaml:"publishNotReadyAddresses"`
+		Selector                 map[string]any // a Service's labels; a StatefulSet's matchLabels
+		Ports                    []k8sPort
+		// StatefulSet
+		ServiceName         string `yaml:"serviceName"`
+		Replicas            int
+		PodManagementPolicy string `yaml:"podManagementPolicy"`
+		Template            struct {
+			Metadata struct{ Labels map[string]string }
+			Spec     struct {
+				SecurityContext struct {
+					RunAsUser int `yaml:"runAsUser"`
+				} `yaml:"securityContext"`
+				Containers []k8sContainer
+				Volumes    []struct {
+					Name   string
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					}
+				}
+			}
+		}
+		VolumeClaimTemplates []struct{ Metadata struct{ Name string } } `yaml:"volumeClaimTemplates"`
+	}
+}
+
+type k8sPort struct {
+	Port          int
+	ContainerPort int `yaml:"containerPort"`
+	Protocol      string
+}
+
+type k8sContainer struct {
+	Image string
+	Args  []string
+	Env   []struct {
+		Name      string
+		ValueFrom struct {
+			FieldRef struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
+	}
+	Ports        []k8sPort
+	VolumeMounts []struct {
+		Name      string
+		MountPath string `yaml:"mountPath"`
+	} `yaml:"volumeMounts"`
+}
+
+// readManifests decodes every document of every YAML file in dir.
+func readManifests(t *testing.T, dir string) []k8sObject {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", dir, err)
+	}
+	var objs []k8sObject
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var o k8sObject
+			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// TestKubernetesManifests checks deploy/k8s against gyre itself: every
+// flag the StatefulSet passes is one `gyre --help` or `gyre train --help`
+// lists, the arguments parse and make a valid worker config, and the
+// manifests agree with each other and with docs/deploy.md: the seeds name
+// every pod, pod 0's first, through the headless service; --min-workers
+// is the replica count; the key file and the checkpoint directory are on
+// the secret and the claimed volume; the ports are open.
+func TestKubernetesManifests(t *testing.T) {
+	objs := readManifests(t, deployK8s)
+	var svc, sts *k8sObject
+	for i := range objs {
+		switch objs[i].Kind {
+		case "Service":
+			svc = &objs[i]
+		case "StatefulSet":
+			sts = &objs[i]
+		}
+	}
+	if svc == nil || sts == nil {
+		t.Fatalf("%s: want a Service and a StatefulSet, got %d objects", deployK8s, len(objs))
+	}
+	if svc.Spec.ClusterIP != "None" || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("service %s: clusterIP %q, publishNotReadyAddresses %v; want a headless service (None) that publishes pods before they are ready",
+			svc.Metadata.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+	}
+	if sts.Spec.ServiceName != svc.Metadata.Name {
+		t.Errorf("the StatefulSet's serviceName %q is not the service %q", sts.Spec.ServiceName, svc.Metadata.Name)
+	}
+	for k, v := range svc.Spec.Selector {
+		if sts.Spec.Template.Metadata.Labels[k] != fmt.Sprint(v) {
+			t.Errorf("the service selects %s=%s, which the pods do not carry", k, v)
+		}
+	}
+	if sts.Spec.PodManagementPolicy != "Parallel" {
+		t.Errorf("podManagementPolicy %q: want Parallel, so that no pod waits for another to be ready", sts.Spec.PodManagementPolicy)
+	}
+	pod := sts.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("the StatefulSet has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+
+	// $(VAR) in args is expanded by Kubernetes only from the container's env.
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		vars[e.Name] = "env-" + e.Name
+		if e.ValueFrom.FieldRef.FieldPath == "status.podIP" {
+			vars[e.Name] = "10.1.2.3"
+		}
+	}
+	var args []string
+	for _, a := range c.Args {
+		args = append(args, regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(a, func(m string) string {
+			name := m[2 : len(m)-1]
+			v, ok := vars[name]
+			if !ok {
+				t.Errorf("args use %s, which the container's env does not define", m)
+			}
+			return v
+		}))
+	}
+	flags := checkTrainArgs(t, "deploy/k8s StatefulSet", args)
+
+	gossipPort := portOf(flags["--listen"])
+	if gossipPort == 0 {
+		t.Fatalf("--listen %q: want host:port", flags["--listen"])
+	}
+	if host, _, _ := strings.Cut(flags["--listen"], ":"); host != "10.1.2.3" {
+		t.Errorf("--listen %q: want the pod's IP (status.podIP) and the gossip port", flags["--listen"])
+	}
+	var want []string
+	for i := range sts.Spec.Replicas {
+		want = append(want, fmt.Sprintf("%s-%d.%s:%d", sts.Metadata.Name, i, svc.Metadata.Name, gossipPort))
+	}
+	if got := strings.Split(flags["--seed"], ","); !slices.Equal(got, want) {
+		t.Errorf("--seed %v: want every pod through the headless service, pod 0 first: %v", got, want)
+	}
+	if flags["--min-workers"] != strconv.Itoa(sts.Spec.Replicas) {
+		t.Errorf("--min-workers %s: want the replica count %d, so that a job restarted whole waits for every checkpoint",
+			flags["--min-workers"], sts.Spec.Replicas)
+	}
+
+	mounts := map[string]string{} // mount path → volume
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	secretName := ""
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Name == mounts[path.Dir(flags["--key-file"])] {
+			secretName = v.Secret.SecretName
+		}
+	}
+	if secretName == "" {
+		t.Errorf("--key-file %s is not on a volume from a Secret", flags["--key-file"])
+	} else if doc, err := os.ReadFile(deployDoc); err != nil {
+		t.Error(err)
+	} else if create := "kubectl create secret generic " + secretName + " --from-file=" + path.Base(flags["--key-file"]) + "="; !strings.Contains(string(doc), create) {
+		t.Errorf("docs/deploy.md does not show how to create the secret the pods mount (%q)", create)
+	}
+	claimed := false
+	for _, v := range sts.Spec.VolumeClaimTemplates {
+		claimed = claimed || v.Metadata.Name == mounts[flags["--checkpoint-dir"]]
+	}
+	if !claimed {
+		t.Errorf("--checkpoint-dir %s is not a volume claimed per pod (volumeClaimTemplates)", flags["--checkpoint-dir"])
+	}
+	if pod.SecurityContext.RunAsUser != dockerUser(t) {
+		t.Errorf("the pods run as user %d, the image as %d", pod.SecurityContext.RunAsUser, dockerUser(t))
+	}
+
+	dataPort := gossipPort + 1 // DataAddr's default: the gossip port + 1
+	for _, p := range []k8sPort{{Port: gossipPort, Protocol: "TCP"}, {Port: gossipPort, Protocol: "UDP"}, {Port: dataPort, Protocol: "UDP"}, {Port: dataPort, Protocol: "TCP"}} {
+		if !slices.ContainsFunc(svc.Spec.Ports, func(q k8sPort) bool { return q.Port == p.Port && q.Protocol == p.Protocol }) {
+			t.Errorf("the service does not open %d/%s", p.Port, p.Protocol)
+		}
+		if !slices.ContainsFunc(c.Ports, func(q k8sPort) bool { return q.ContainerPort == p.Port && q.Protocol == p.Protocol }) {
+			t.Errorf("the container does not declare %d/%s", p.Port, p.Protocol)
+		}
+	}
+}
+
+// TestSlurmScript checks the flags deploy/slurm/gyre.sbatch passes to gyre
+// train against gyre train --help and the worker config, with the
+// variables the script sets filled in.
+func TestSlurmScript(t *testing.T) {
+	b, err := os.ReadFile(deploySlurm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	if !strings.Contains(script, "#SBATCH --ntasks-per-node=1") {
+		t.Error("the script does not ask for one task per node: workers on one node would bind the same ports")
+	}
+	// The command: from "exec gyre train" over its continued lines.
+	var cmd []string
+	in := false
+	for _, line := range strings.Split(script, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "exec gyre train") {
+			in = true
+			line = strings.TrimPrefix(line, "exec gyre train")
+		}
+		if !in {
+			continue
+		}
+		cmd = append(cmd, strings.Fields(strings.TrimSuffix(line, "\\"))...)
+		if !strings.HasSuffix(line, "\\") {
+			break
+		}
+	}
+	if len(cmd) == 0 {
+		t.Fatal("the script runs no `exec gyre train`")
+	}
+	vars := map[string]string{"addr": "10.0.0.1", "GOSSIP_PORT": "7946", "SEEDS": "node1:7946,node2:7946", "SLURM_NTASKS": "2"}
+	for i, a := range cmd {
+		cmd[i] = os.Expand(strings.Trim(a, `"`), func(name string) string {
+			v, ok := vars[name]
+			if !ok {
+				t.Errorf("the command uses $%s, which this test does not know", name)
+			}
+			return v
+		})
+	}
+	flags := checkTrainArgs(t, "deploy/slurm/gyre.sbatch", append([]string{"train"}, cmd...))
+	if flags["--seed"] != vars["SEEDS"] || flags["--min-workers"] != vars["SLURM_NTASKS"] {
+		t.Errorf("--seed %q --min-workers %q: want every node's address and the task count", flags["--seed"], flags["--min-workers"])
+	}
+}
+
+// checkTrainArgs checks gyre arguments (global flags, "train", its flags)
+// as a deployment file passes them: every flag is one that --help lists,
+// `gyre ARGS --help` parses them, and they make a valid worker config. It
+// returns the flags' values by name ("--seed").
+func checkTrainArgs(t *testing.T, file string, args []string) map[string]string {
+	t.Helper()
+	at := slices.Index(args, "train")
+	if at < 0 {
+		t.Fatalf("%s: no train command in %q", file, args)
+	}
+	global, train := args[:at], args[at+1:]
+	rootHelp, _, err := run(t, testEnv(nil), "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainHelp, _, err := run(t, testEnv(nil), "train", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{}
+	for _, part := range []struct {
+		args []string
+		help []string
+		cmd  string
+	}{{global, helpFlags(rootHelp), "gyre --help"}, {train, helpFlags(trainHelp), "gyre train --help"}} {
+		for i, a := range part.args {
+			if !strings.HasPrefix(a, "-") {
+				continue
+			}
+			name, value, ok := strings.Cut(a, "=")
+			if !ok && i+1 < len(part.args) && !strings.HasPrefix(part.args[i+1], "-") {
+				value = part.args[i+1]
+			}
+			if !slices.Contains(part.help, name) {
+				t.Errorf("%s passes %s, which `%s` does not list", file, name, part.cmd)
+			}
+			values[name] = value
+		}
+	}
+	if _, _, err := run(t, testEnv(nil), append(slices.Clone(args), "--help")...); err != nil {
+		t.Errorf("%s: gyre does not parse its arguments %q: %v", file, args, err)
+	}
+	c := &cli{env: testEnv(nil)}
+	cmd := newTrainCmd(c)
+	if err := cmd.ParseFlags(train); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	cfg, err := c.workerConfig(cmd.Flags())
+	if err == nil {
+		err = cfg.WithDefaults().Validate()
+	}
+	if err != nil {
+		t.Errorf("%s: the worker config its flags make is not valid: %v", file, err)
+	}
+	return values
+}
+
+// dockerUser returns the numeric user the Dockerfile's image runs as.
+func dockerUser(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(deployDocker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^USER (\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Dockerfile sets no numeric USER")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// TestDockerfileBuildsTheCommand checks that the Dockerfile builds the
+// package the gyre command lives in and makes it the entry point: the
+// image is not built here (no container daemon), so this is what can be
+// checked.
+func TestDockerfileBuildsTheCommand(t *testing.T) {
+	b, err := os.ReadFile(deployDocker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`go build .*-o (\S+) (\./\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Dockerfile runs no go build -o OUT ./PKG")
+	}
+	if filepath.Base(string(m[1])) != "gyre" || filepath.Clean(string(m[2])) != "cmd/gyre" {
+		t.Errorf("the Dockerfile builds %s into %s; want ./cmd/gyre into gyre", m[2], m[1])
+	}
+	if !bytes.Contains(b, []byte(`ENTRYPOINT ["gyre"]`)) || !bytes.Contains(b, []byte("/usr/local/bin/gyre")) {
+		t.Error("the image's entry point is not the gyre command on PATH")
+	}
+}
