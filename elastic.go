@@ -43,6 +43,13 @@ const (
 	seedWarnEvery = 10 * time.Second
 )
 
+// errJobGone: the starter, pending to join a running job, saw gossip
+// list none of the job's workers in a view for jobGoneGrace (the job
+// ended, or died, while the starter restarted), so it starts the job.
+var errJobGone = errors.New("gyre: the job's workers are gone from gossip")
+
+const jobGoneGrace = 5 * time.Second
+
 // admitPoll paces the admission rounds before iteration 0.
 const admitPoll = 100 * time.Millisecond
 
@@ -68,6 +75,38 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		if starting, err = w.joinSeeds(ctx); err != nil {
 			return err
 		}
+		if !starting {
+			w.log.Info().Strs("seeds", w.seeds).Msg("gossip joined; pending until a boundary admits this worker")
+		}
+		if w.namedSeed {
+			// With one seed list for all, the workers that joined before
+			// the starter came up may only know each other: join through
+			// the seeds again until admitted, and through prestart's
+			// admissions, which gossip feeds.
+			defer w.regossip(ctx, nil)()
+		}
+	}
+	for !starting {
+		wel, err := w.awaitWelcome(ctx, w.starter)
+		if errors.Is(err, errJobGone) {
+			w.log.Info().Dur("after", jobGoneGrace).Msg("this worker is the first seed and gossip lists the job's workers in no view any more: starting the job")
+			starting = true
+			break
+		}
+		if err != nil {
+			return err
+		}
+		err = w.enterView(ctx, wel, start)
+		if err == nil {
+			prestart = wel.Prestart
+			break
+		}
+		if !lostPeer(err) || ctx.Err() != nil {
+			return err
+		}
+		// The members recover without this worker, and admit it later.
+		w.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
+		w.backToPending(peerIDs(wel.Members))
 	}
 	if starting {
 		vs, err := w.newViewState(1, []member{self}, 0, EqualShares(cfg.GlobalBatch, 1), 0)
@@ -80,31 +119,6 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		}
 		w.meta.publish(w.nodeMeta(1, 0))
 		w.log.Info().Str("seed", w.node.Addr()).Msg("started a new job: others join it with --seed")
-	} else {
-		w.log.Info().Strs("seeds", w.seeds).Msg("gossip joined; pending until a boundary admits this worker")
-		if w.namedSeed {
-			// With one seed list for all, the workers that joined before
-			// the starter came up may only know each other: join through
-			// the seeds again until admitted.
-			defer w.regossip(ctx, nil)()
-		}
-		for {
-			wel, err := w.awaitWelcome(ctx)
-			if err != nil {
-				return err
-			}
-			err = w.enterView(ctx, wel, start)
-			if err == nil {
-				prestart = wel.Prestart
-				break
-			}
-			if !lostPeer(err) || ctx.Err() != nil {
-				return err
-			}
-			// The members recover without this worker, and admit it later.
-			w.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
-			w.backToPending(peerIDs(wel.Members))
-		}
 	}
 	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members,
 		w.log.With().Str("component", "admission").Logger())
@@ -149,33 +163,33 @@ func (w *Worker) joinSeeds(ctx context.Context) (start bool, err error) {
 	var warned time.Time
 	began := time.Now()
 	for attempt := 0; ; attempt++ {
-		others, named, starter := seedRoles(w.cfg.Seeds, w.selfSeed(ctx))
-		w.seeds, w.namedSeed = others, named
+		others, named, starter := seedRoles(w.cfg.Seeds, w.selfSeeds(ctx, w.cfg.Seeds))
+		w.seeds, w.namedSeed, w.starter = others, named, starter
 		if len(others) == 0 {
 			w.log.Info().Strs("seeds", w.cfg.Seeds).Msg("the only seed is this worker: starting the job")
 			return true, nil
 		}
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := w.node.Join(actx, others)
-		cancel()
+		answers, err := w.joinEach(ctx, others, starter)
 		if err != nil && isKeyMismatch(err) {
-			return false, fmt.Errorf("gyre: joining through %v: the seed does not hold this cluster secret (gossip could not be decrypted): %w",
+			return false, fmt.Errorf("gyre: joining through %v: a seed does not hold this cluster secret (gossip could not be decrypted): %w",
 				others, err)
 		}
-		if starter {
-			switch {
-			case err != nil:
-				w.log.Info().Err(err).Strs("seeds", others).Msg("this worker is the first seed and no other seed answers: starting the job")
-				return true, nil
-			case runningJob(jobWorkers(w.node.Members(), w.cfg.Job), w.cfg.Name):
-				w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the job is running: joining it")
-				return false, nil
-			default:
-				w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the other seeds run no job: starting the job")
-				return true, nil
-			}
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", others, w.joinEnded(ctx), err)
 		}
-		if err == nil {
+		running := runningJob(jobWorkers(w.node.Members(), w.cfg.Job), w.cfg.Name)
+		step := nextSeedStep(starter, answers, running, time.Since(began) < starterPatience)
+		switch {
+		case step == stepStart && err == nil:
+			w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the other seeds run no job: starting the job")
+			return true, nil
+		case step == stepStart:
+			w.log.Info().Err(err).Strs("seeds", others).Msg("this worker is the first seed and no other seed is in a job: starting the job")
+			return true, nil
+		case step == stepPend && starter:
+			w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the job is running: joining it")
+			return false, nil
+		case step == stepPend:
 			return false, nil
 		}
 		// A warning after seedQuiet and then every seedWarnEvery: a seed
@@ -186,8 +200,11 @@ func (w *Worker) joinSeeds(ctx context.Context) (start bool, err error) {
 			ev, warned = w.log.Warn(), time.Now()
 		}
 		deadline, _ := ctx.Deadline()
-		ev.Err(err).Strs("seeds", others).Int("attempts", attempt+1).Time("until", deadline).
-			Msg("no seed answers yet; retrying")
+		msg := "no seed answers yet; retrying"
+		if starter {
+			msg = "this worker is the first seed; waiting for the seeds that do not answer, which may be in the job"
+		}
+		ev.Err(err).Strs("seeds", others).Int("attempts", attempt+1).Time("until", deadline).Msg(msg)
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
@@ -607,8 +624,10 @@ func (w *Worker) recvWelcome(ctx context.Context, peer transport.PeerID) (welcom
 // worker. It listens to every worker gossip lists in a view;
 // once one welcome arrives it reads the others' too, so that the control
 // channels are past them before the new view's votes, and checks that
-// they agree.
-func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
+// they agree. With startIfGone (the starter, at Join) it returns
+// errJobGone once gossip has listed no worker of the job in a view for
+// jobGoneGrace.
+func (w *Worker) awaitWelcome(ctx context.Context, startIfGone bool) (welcome, error) {
 	type result struct {
 		from transport.PeerID
 		wel  welcome
@@ -651,12 +670,19 @@ func (w *Worker) awaitWelcome(ctx context.Context) (welcome, error) {
 	tick := time.NewTicker(admitPoll)
 	defer tick.Stop()
 	var first welcome
-	since, noted := time.Now(), time.Now()
+	since, noted, lastRunning := time.Now(), time.Now(), time.Now()
 	for len(got) == 0 {
 		_, _, inView := w.gossipMembers(nil)
 		hs.retain(inView)
 		if err := hs.refused(); err != nil {
 			return welcome{}, err
+		}
+		if startIfGone {
+			if runningJob(jobWorkers(w.node.Members(), w.cfg.Job), w.cfg.Name) {
+				lastRunning = time.Now()
+			} else if time.Since(lastRunning) >= jobGoneGrace {
+				return welcome{}, errJobGone
+			}
 		}
 		if time.Since(noted) >= handshakeNote {
 			noted = time.Now()

@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 // elasticRun is what one worker saw while training the toy model in an
@@ -266,11 +271,77 @@ func TestComebackAtNewAddress(t *testing.T) {
 // admitted into it. Two jobs would leave some Join waiting for
 // MinWorkers until its deadline.
 func TestSharedSeedsStartOneJob(t *testing.T) {
-	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true, SharedSeeds: true})
+	logs := make([]*transporttest.LogBuffer, 3)
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true, SharedSeeds: true,
+		Config: func(r int, c *gyre.Config) {
+			logs[r] = new(transporttest.LogBuffer)
+			c.Logger = new(zerolog.New(logs[r]))
+		}})
 	epoch := c.Workers[0].View().Epoch
 	for i, w := range c.Workers {
 		if v := w.View(); v.Epoch != epoch || len(v.Members) != 3 {
 			t.Fatalf("worker %d: view %+v, want the 3 workers at epoch %d", i, v, epoch)
 		}
+		if started := strings.Contains(logs[i].String(), "started a new job"); started != (i == 0) {
+			t.Errorf("worker %d started a job: %v; want only worker 0, the first seed:\n%s", i, started, logs[i].String())
+		}
+	}
+}
+
+// TestStarterWaitsForASilentSeed: the first seed, whose other seed
+// accepts connections but never answers (a hung host, which may be a
+// member of a running job), does not start the job at once: it tries
+// again until its patience runs out, then starts.
+func TestStarterWaitsForASilentSeed(t *testing.T) {
+	const patience = 2 * time.Second
+	defer gyre.SetStarterPatience(patience)()
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Close() })
+	go func() { // accept, and say nothing
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := probe.Addr().String()
+	probe.Close()
+	var logs transporttest.LogBuffer
+	cfg := gyre.Config{Listen: self, DataAddr: "127.0.0.1:0", Seeds: []string{self, hung.Addr().String()},
+		Key: gyretest.Key(t), GossipTiming: gyre.GossipLocal, Transport: gyre.TransportQUIC, Logger: new(zerolog.New(&logs))}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(gyre.NewState().Float64("x", make([]float64, 4))))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Join: %v\n%s", err, logs.String())
+	}
+	defer w.Close()
+	if took < patience {
+		t.Errorf("the starter started the job after %v, before its patience (%v) ran out", took, patience)
+	}
+	for _, want := range []string{"waiting for the seeds that do not answer", "started a new job"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the starter's log does not say %q:\n%s", want, logs.String())
+		}
+	}
+	if v := w.View(); len(v.Members) != 1 {
+		t.Errorf("view %+v, want this worker alone", v)
 	}
 }

@@ -45,3 +45,11 @@ func SetHandshakeNote(d time.Duration) (restore func()) {
 // WaitCheckpoint waits until w writes no checkpoint, for tests that need
 // each checkpoint on disk before the next iteration.
 func WaitCheckpoint(w *Worker) { w.ckpt.wait() }
+
+// SetStarterPatience sets how long the first seed waits for seeds that
+// do not answer, and returns a function that restores it.
+func SetStarterPatience(d time.Duration) (restore func()) {
+	old := starterPatience
+	starterPatience = d
+	return func() { starterPatience = old }
+}

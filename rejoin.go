@@ -130,7 +130,7 @@ func (w *Worker) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	// Gossip may have declared the members dead while this worker was
 	// cut off, and they it; memberlist never looks again by itself.
 	stopGossip := w.regossip(jctx, old)
-	wel, err := w.awaitWelcome(jctx)
+	wel, err := w.awaitWelcome(jctx, false)
 	stopGossip()
 	if err != nil {
 		return fail(err)

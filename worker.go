@@ -211,14 +211,15 @@ type Worker struct {
 
 	// node is this worker's gossip membership; nil in the static view.
 	node *membership.Node
-	// seeds are the gossip seeds but this worker's own address, and
-	// namedSeed whether the seed list named this worker (seeds.go).
-	seeds     []string
-	namedSeed bool
-	meta      *metaPublisher
-	adm       *admissions // the members' side of the admission handshake
-	leaveReq  atomic.Bool // RequestLeave was called
-	left      bool        // left the job at a boundary
+	// seeds are the gossip seeds but this worker's own address,
+	// namedSeed whether the seed list named this worker, and starter
+	// whether it named it first (seeds.go).
+	seeds              []string
+	namedSeed, starter bool
+	meta               *metaPublisher
+	adm                *admissions // the members' side of the admission handshake
+	leaveReq           atomic.Bool // RequestLeave was called
+	left               bool        // left the job at a boundary
 	// departed are the members that left the view, with their data
 	// addresses, until gossip stops listing them there.
 	departed map[transport.PeerID]string
