@@ -89,8 +89,8 @@ type ProcOptions struct {
 	// SharedSeeds, with Gossip, gives every process the same seeds, every
 	// gossip address with process 0's first, as a StatefulSet gives its
 	// pods one command: process 0 is the starter (Config.Seeds). The
-	// processes start in reverse order, so that the others gossip among
-	// themselves before the starter is up.
+	// others start first, and the starter 2 s later, so that they have
+	// found only each other when it comes up.
 	SharedSeeds bool
 }
 
@@ -168,6 +168,9 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 		}
 	}
 	for _, r := range order {
+		if o.SharedSeeds && r == 0 && o.N > 1 {
+			time.Sleep(sharedSeedsLag)
+		}
 		var env []string
 		if o.Gossip {
 			seeds := p.GossipAddrs[:1]
@@ -188,6 +191,10 @@ func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 	}
 	return p
 }
+
+// sharedSeedsLag is how long the starter of a SharedSeeds job starts
+// after the others: they join each other within a second.
+const sharedSeedsLag = 2 * time.Second
 
 // sortedPorts sorts loopback addresses by port, ascending, and returns
 // them.
@@ -343,14 +350,19 @@ func (p *Procs) WaitRank(ctx context.Context, rank int) Result {
 // cleanup kills what still runs and, if the test failed, logs the output.
 func (p *Procs) cleanup(tb testing.TB) {
 	for _, pr := range p.procs {
-		pr.cmd.Process.Kill()
-		<-pr.done
+		if pr != nil { // nil: a start that failed the test
+			pr.cmd.Process.Kill()
+			<-pr.done
+		}
 	}
 	if tb.Failed() {
 		for _, pr := range p.earlier {
 			tb.Logf("rank %d before its restart, stdout:\n%s\nstderr:\n%s", pr.rank, pr.out.String(), pr.err.String())
 		}
 		for r, pr := range p.procs {
+			if pr == nil {
+				continue
+			}
 			tb.Logf("rank %d stdout:\n%s\nrank %d stderr:\n%s", r, pr.out.String(), r, pr.err.String())
 		}
 	}

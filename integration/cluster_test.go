@@ -76,6 +76,9 @@ func upNS(t *testing.T, n int) *nsJob {
 				t.Logf("host %d before its restart:\n%s\n%s", p.host, lastLines(p.out.String(), 8), p.err.String())
 			}
 			for _, p := range j.procs {
+				if p == nil {
+					continue
+				}
 				t.Logf("host %d:\n%s\n%s", p.host, lastLines(p.out.String(), 8), p.err.String())
 			}
 		}

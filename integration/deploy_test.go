@@ -70,14 +70,18 @@ func TestClusterDeployRecipe(t *testing.T) {
 	var seeds []string
 	for i := 1; i <= 3; i++ {
 		seeds = append(seeds, j.addr(t, i)+":7946")
+		// Half a core each bounds the job's speed on a faster machine,
+		// so that the restart lands mid-job.
+		j.cluster(t, "cpu", strconv.Itoa(i), "50")
 	}
 	dirs := t.TempDir()
 	args := func(i int) []string {
 		return []string{"--log-level", "info", "train", "--listen", j.addr(t, i) + ":7946", "--seed", strings.Join(seeds, ","),
 			"--key-file", j.key, "--min-workers", "3", "--checkpoint-dir", filepath.Join(dirs, "host-"+strconv.Itoa(i)),
-			// Beyond the recipe: a job that takes about 20 s to reach
-			// the target (a wider, slower model), long enough to
-			// restart a worker in, and quick failure detection.
+			// Beyond the recipe: a job that takes about 25 s to reach
+			// the target (a wider, slower model on half a core each),
+			// long enough to restart a worker in, and quick failure
+			// detection.
 			"--iters", "10000", "--target-acc", "0.97", "--hidden", "512", "--lr", "0.05", "--eval-every", "100",
 			"--peer-timeout", "1s", "--transport", nsTransport()}
 	}

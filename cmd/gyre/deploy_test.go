@@ -20,7 +20,7 @@ import (
 // The deployment files, relative to this package.
 const (
 	deployK8s    = "../../deploy/k8s"
-	deploySlurm  = "../../deploy/slurm/gyre.sbatch"
+	deploySlurm  = "../../deploy/slurm"
 	deployDocker = "../../Dockerfile"
 	deployDoc    = "../../docs/deploy.md"
 )
@@ -230,18 +230,26 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
-// TestSlurmScript checks the flags deploy/slurm/gyre.sbatch passes to gyre
-// train against gyre train --help and the worker config, with the
-// variables the script sets filled in.
+// TestSlurmScript checks deploy/slurm: the batch script runs one task per
+// node, each the worker script, and the flags the worker script passes
+// to gyre train, with its variables filled in, are those gyre train
+// --help lists and make a valid worker config.
 func TestSlurmScript(t *testing.T) {
-	b, err := os.ReadFile(deploySlurm)
+	batch, err := os.ReadFile(filepath.Join(deploySlurm, "gyre.sbatch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(batch), "#SBATCH --ntasks-per-node=1") {
+		t.Error("gyre.sbatch does not ask for one task per node: workers on one node would bind the same ports")
+	}
+	if !regexp.MustCompile(`(?m)^\s*deploy/slurm/gyre-worker\.sh\s*$`).Match(batch) {
+		t.Error("gyre.sbatch does not run deploy/slurm/gyre-worker.sh")
+	}
+	b, err := os.ReadFile(filepath.Join(deploySlurm, "gyre-worker.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	script := string(b)
-	if !strings.Contains(script, "#SBATCH --ntasks-per-node=1") {
-		t.Error("the script does not ask for one task per node: workers on one node would bind the same ports")
-	}
 	// The command: from "exec gyre train" over its continued lines.
 	var cmd []string
 	in := false
@@ -260,9 +268,9 @@ func TestSlurmScript(t *testing.T) {
 		}
 	}
 	if len(cmd) == 0 {
-		t.Fatal("the script runs no `exec gyre train`")
+		t.Fatal("gyre-worker.sh runs no `exec gyre train`")
 	}
-	vars := map[string]string{"addr": "10.0.0.1", "GOSSIP_PORT": "7946", "SEEDS": "node1:7946,node2:7946", "SLURM_NTASKS": "2"}
+	vars := map[string]string{"addr": "10.0.0.1", "GOSSIP_PORT": "7946", "seeds": "node1:7946,node2:7946", "SLURM_JOB_NUM_NODES": "2"}
 	for i, a := range cmd {
 		cmd[i] = os.Expand(strings.Trim(a, `"`), func(name string) string {
 			v, ok := vars[name]
@@ -272,9 +280,9 @@ func TestSlurmScript(t *testing.T) {
 			return v
 		})
 	}
-	flags := checkTrainArgs(t, "deploy/slurm/gyre.sbatch", append([]string{"train"}, cmd...))
-	if flags["--seed"] != vars["SEEDS"] || flags["--min-workers"] != vars["SLURM_NTASKS"] {
-		t.Errorf("--seed %q --min-workers %q: want every node's address and the task count", flags["--seed"], flags["--min-workers"])
+	flags := checkTrainArgs(t, "deploy/slurm/gyre-worker.sh", append([]string{"train"}, cmd...))
+	if flags["--seed"] != vars["seeds"] || flags["--min-workers"] != vars["SLURM_JOB_NUM_NODES"] {
+		t.Errorf("--seed %q --min-workers %q: want every node's address and the job's node count", flags["--seed"], flags["--min-workers"])
 	}
 }
 
