@@ -10,8 +10,10 @@
 //     (samples, compute seconds) and fits c(b) = a + b/v by
 //     recency-weighted least squares, keeping a only when it is
 //     significant, with a change detector that forgets the history when
-//     the worker slows down sharply and holds single slow iterations
-//     (spikes) out of the fit. Its Model is quantised to integers, so
+//     the worker slows down or speeds up sharply and holds single slow
+//     iterations (spikes) out of the fit. A speed-up counts only in
+//     iterations longer than a few CFS quota periods, which a quota
+//     cannot make run at full speed. Its Model is quantised to integers, so
 //     that the models every worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time
@@ -22,5 +24,5 @@
 //   - Step damps Solve's moves: it moves part of the way, keeps the shares
 //     when the predicted gain is small, halves its step when shares
 //     oscillate and restores it as they stop, and jumps at once when a
-//     worker slowed down.
+//     worker changed speed.
 package balance

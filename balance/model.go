@@ -95,6 +95,17 @@ const (
 	// iterations at 2× or more (a cap cut from 50% to 15% is 3.3×), three
 	// at 1.6×, four at 1.5×. Two spikes in a row at 1.6× are not enough.
 	DefaultChangeEvidence = 4.0
+	// DefaultSpeedUpEvidence is the same for speed-ups (predicted over
+	// measured time): two iterations at 1.75× (a worker 2× faster, with
+	// 15% noise), three at 1.5×. No spike makes an iteration fast.
+	DefaultSpeedUpEvidence = 3.0
+	// DefaultSpeedUpMinSeconds is the shortest iteration whose speed-up
+	// counts towards a change. Under a CFS quota (granted per 100 ms
+	// period) an iteration that fits in one period's quota runs at full
+	// speed, and one of k quotas is charged k-1 periods of waiting, not
+	// k: short iterations read as speed-ups that do not last. From 5
+	// periods on, that reads as 1.25× at most, short of ChangeRatio.
+	DefaultSpeedUpMinSeconds = 0.5
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
 	// cost from the rate; below it the rate is fitted through the origin.
@@ -118,11 +129,16 @@ type Estimator struct {
 	ChangeRatio    float64 // default DefaultChangeRatio
 	ChangeConfirm  int     // default DefaultChangeConfirm
 	ChangeEvidence float64 // default DefaultChangeEvidence
+	// SpeedUpMinSeconds: default DefaultSpeedUpMinSeconds.
+	SpeedUpMinSeconds float64
+	// SpeedUpEvidence: default DefaultSpeedUpEvidence.
+	SpeedUpEvidence float64
 
-	obs      []Obs   // oldest first, at most Window
-	held     []Obs   // slow iterations in a row, not yet a change, kept out of obs
-	evidence float64 // the product of the held iterations' slow-downs
-	warmed   bool    // the first iteration, a warm-up, has been replaced
+	obs     []Obs     // oldest first, at most Window
+	held    []Obs     // slow (or fast) iterations in a row, not yet a change, kept out of obs
+	factors []float64 // each held iteration's slow-down (speed-up); 0: it only keeps a fast run going
+	heldDir int8      // +1: the held iterations are slow; -1: fast
+	warmed  bool      // the first iteration, a warm-up, has been replaced
 }
 
 func (e *Estimator) defaults() {
@@ -141,26 +157,45 @@ func (e *Estimator) defaults() {
 	if e.ChangeEvidence <= 0 {
 		e.ChangeEvidence = DefaultChangeEvidence
 	}
+	if e.SpeedUpMinSeconds <= 0 {
+		e.SpeedUpMinSeconds = DefaultSpeedUpMinSeconds
+	}
+	if e.SpeedUpEvidence <= 0 {
+		e.SpeedUpEvidence = DefaultSpeedUpEvidence
+	}
 }
 
-// Add records an iteration and reports whether the worker slowed down:
-// this and at least the previous ChangeConfirm-1 iterations each took
-// over ChangeRatio longer than the model fitted before them predicted,
-// and their slow-downs multiplied reach ChangeEvidence.
+// Add records an iteration and reports whether the worker changed
+// speed: this and at least the previous ChangeConfirm-1 iterations each
+// took over ChangeRatio longer than the model fitted before them
+// predicted, and their slow-downs multiplied reach ChangeEvidence; or,
+// the mirror, each ran over ChangeRatio faster (predicted over measured
+// time), for at least SpeedUpMinSeconds, and their speed-ups multiplied
+// reach SpeedUpEvidence.
 //
-// A slow iteration is held out of the fit until the next one says what
-// it was. If that one is slow too, the worker changed speed: the history
-// is cut to the slow iterations but the first, which may have straddled
-// the change and so be faster than the new speed, and the next Fit
+// A slow (or fast) iteration is held out of the fit until the next one
+// says what it was. If that one is slow (fast) too, the worker changed
+// speed: the history is cut to the held iterations, and the next Fit
 // follows the new speed at once, so the shares may jump rather than
-// creep, since everyone waits for a straggler. If it is not, the held
+// creep: everyone waits for a straggler, and a worker that got faster
+// idles until the shares move. The first held iteration is dropped too
+// if it is nearer the old speed than every later one: it may have
+// straddled the change. If the next one is not slow (fast), the held
 // iteration was a spike (a collector cycle, a trainer growing its
 // buffers at a larger share, a page-fault storm) and is dropped: fitted,
 // one such iteration at a new batch size set the slope of the fit.
 //
-// A worker that gets faster is followed by the recency weights alone: on
-// a CPU-capped host a small share fits in one period's quota and runs at
-// full speed, which is no lasting change.
+// Speed-ups of iterations shorter than SpeedUpMinSeconds never count:
+// on a CPU-capped host a small share fits in one period's quota and runs
+// at full speed, which is no lasting change (DefaultSpeedUpMinSeconds).
+// Such an iteration, or one faster than the fit but short of
+// ChangeRatio, is fitted as it comes, unless it falls in a run of fast
+// ones: then it neither adds evidence nor ends the run (for up to
+// ChangeConfirm+2 held iterations), and is dropped, since noise and a
+// spike on a worker that got faster must not restart the count. A
+// speed-up needs less evidence than a slow-down: nothing but a quota
+// makes a single iteration run fast, and SpeedUpMinSeconds rules that
+// out.
 //
 // The first iteration is a warm-up (buffers allocated and touched for the
 // first time, cold caches) and stands only until the second replaces it.
@@ -176,22 +211,11 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 		return false
 	}
 	if m, ok := e.Fit(); ok {
-		if slow := o.Seconds / m.Seconds(o.Samples); slow > 1+e.ChangeRatio {
-			if len(e.held) == 0 {
-				e.evidence = 1
-			}
-			e.held = append(e.held, o)
-			e.evidence *= slow
-			if len(e.held) < e.ChangeConfirm || e.evidence < e.ChangeEvidence {
-				return false
-			}
-			keep := e.held[min(1, len(e.held)-1):]
-			e.obs = append(e.obs[:0], keep...)
-			e.held = e.held[:0]
-			return true
+		if dir, factor := e.judge(o, o.Seconds/m.Seconds(o.Samples)); dir != 0 {
+			return e.hold(o, dir, factor)
 		}
 	}
-	e.held = e.held[:0]
+	e.held, e.factors = e.held[:0], e.factors[:0]
 	e.obs = append(e.obs, o)
 	if len(e.obs) > e.Window {
 		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
@@ -199,8 +223,62 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	return false
 }
 
+// judge classifies an iteration that took ratio times the fit's
+// prediction: slow (dir +1) or fast (-1) with its slow-down or speed-up,
+// fast with factor 0 for one that only keeps a run of fast ones going,
+// or neither (0).
+func (e *Estimator) judge(o Obs, ratio float64) (dir int8, factor float64) {
+	fastRun := e.heldDir < 0 && len(e.held) > 0
+	switch {
+	case ratio > 1+e.ChangeRatio:
+		return 1, ratio
+	case 1/ratio > 1+e.ChangeRatio && o.Seconds >= e.SpeedUpMinSeconds:
+		return -1, 1 / ratio
+	case fastRun && ratio < 1 && len(e.held) < e.ChangeConfirm+2:
+		return -1, 0
+	}
+	return 0, 0
+}
+
+// hold adds a slow or fast iteration to the run held out of the fit, and
+// reports whether the run is now a change of speed, which replaces the
+// history with the run.
+func (e *Estimator) hold(o Obs, dir int8, factor float64) bool {
+	if len(e.held) == 0 || e.heldDir != dir {
+		e.held, e.factors, e.heldDir = e.held[:0], e.factors[:0], dir
+	}
+	e.held, e.factors = append(e.held, o), append(e.factors, factor)
+	need := e.ChangeEvidence
+	if dir < 0 {
+		need = e.SpeedUpEvidence
+	}
+	evidence, counted, least := 1.0, 0, math.Inf(1)
+	for i, f := range e.factors {
+		if f > 0 {
+			evidence *= f
+			counted++
+			if i > 0 {
+				least = min(least, f)
+			}
+		}
+	}
+	if counted < e.ChangeConfirm || evidence < need {
+		return false
+	}
+	e.obs = e.obs[:0]
+	for i, h := range e.held {
+		if f := e.factors[i]; f > 0 && (i > 0 || f >= least) {
+			e.obs = append(e.obs, h)
+		}
+	}
+	e.held, e.factors = e.held[:0], e.factors[:0]
+	return true
+}
+
 // Reset forgets every observation; the next is a warm-up again.
-func (e *Estimator) Reset() { e.obs, e.held, e.warmed = e.obs[:0], e.held[:0], false }
+func (e *Estimator) Reset() {
+	e.obs, e.held, e.factors, e.warmed = e.obs[:0], e.held[:0], e.factors[:0], false
+}
 
 // Len is the number of observations the fit uses.
 func (e *Estimator) Len() int { return len(e.obs) }

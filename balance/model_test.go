@@ -127,6 +127,65 @@ func TestChangeDetection(t *testing.T) {
 	}
 }
 
+// TestSpeedUpDetection: the mirror of a slow-down. Two iterations in a
+// row at 2× the fitted speed are a change, and the history becomes them;
+// a straddling first one, nearer the old speed, is dropped; a spike (or
+// noise) inside the run neither counts nor restarts it; and speed-ups of
+// iterations shorter than SpeedUpMinSeconds never count, as a CFS quota
+// fakes them.
+func TestSpeedUpDetection(t *testing.T) {
+	steady := func(sec float64) *Estimator {
+		e := new(Estimator)
+		for range 20 {
+			e.Add(Obs{Samples: 100, Seconds: sec})
+		}
+		return e
+	}
+	rate := func(e *Estimator) int64 { m, _ := e.Fit(); return m.RateMicro }
+
+	e := steady(2)
+	if e.Add(Obs{Samples: 100, Seconds: 1}) {
+		t.Fatal("one fast iteration counted as a change")
+	}
+	if rate(e) != 50e6 {
+		t.Fatalf("with a fast iteration held: rate %d, want the old 50 per s", rate(e))
+	}
+	if !e.Add(Obs{Samples: 100, Seconds: 1}) {
+		t.Fatal("two iterations at 2x are not a change")
+	}
+	if e.Len() != 2 || rate(e) != 100e6 {
+		t.Fatalf("after the change: %d observations, rate %d; want the 2 fast ones, 100 per s", e.Len(), rate(e))
+	}
+
+	e = steady(3)
+	if e.Add(Obs{Samples: 100, Seconds: 2}) || !e.Add(Obs{Samples: 100, Seconds: 1}) {
+		t.Fatal("a straddling 1.5x then 3x is not a change")
+	}
+	if e.Len() != 1 || rate(e) != 100e6 {
+		t.Fatalf("after the change: %d observations, rate %d; want the 3x one alone", e.Len(), rate(e))
+	}
+
+	e = steady(2)
+	if e.Add(Obs{Samples: 100, Seconds: 1}) || e.Add(Obs{Samples: 100, Seconds: 1.6}) || !e.Add(Obs{Samples: 100, Seconds: 1}) {
+		t.Fatal("fast, a spike, fast: not a change on the third")
+	}
+	if e.Len() != 2 || rate(e) != 100e6 {
+		t.Fatalf("after the change: %d observations, rate %d; want the 2 fast ones without the spike", e.Len(), rate(e))
+	}
+
+	e = steady(2)
+	if e.Add(Obs{Samples: 100, Seconds: 1}) || e.Add(Obs{Samples: 100, Seconds: 2}) || e.Add(Obs{Samples: 100, Seconds: 1}) {
+		t.Fatal("fast, as before, fast: a change, though the run ended")
+	}
+
+	e = steady(0.6)
+	for range 10 {
+		if e.Add(Obs{Samples: 100, Seconds: 0.2}) {
+			t.Fatalf("3x speed-ups of 0.2 s iterations, under SpeedUpMinSeconds, counted as a change")
+		}
+	}
+}
+
 // TestWarmUp: a worker's first iteration, slow with first touches, stands
 // only until the second replaces it; Reset starts over.
 func TestWarmUp(t *testing.T) {

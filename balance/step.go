@@ -39,7 +39,7 @@ type State struct {
 }
 
 // Step returns the next shares from the current ones: Solve's shares if
-// some worker slowed down (changed, from Estimator.Add), else Damping
+// some worker changed speed (changed, from Estimator.Add), else Damping
 // (halved Halvings times) of the way towards them, or the current shares
 // if Solve predicts a gain below MinGain. A worker whose share moves
 // against its previous move halves the step for the ones after; a move

@@ -27,9 +27,14 @@ type sim struct {
 	shares []int
 	room   []int     // the share each worker's buffers hold
 	old    []float64 // rates before a change in the coming iteration, or nil
+	quota  []float64 // each worker's CFS quota, a fraction of a core; 0: none
+	jumps  int       // iterations in which some estimator saw a change of speed
 	st     State
 	p      Params
 }
+
+// seeds is how many seeds the simulations run.
+var seeds = 8
 
 func newSim(rates []float64, B int, noise float64) *sim {
 	s := &sim{rng: rand.New(rand.NewPCG(7, 8)), rates: rates, noise: make([]float64, len(rates)), B: B,
@@ -49,14 +54,41 @@ func newSim(rates []float64, B int, noise float64) *sim {
 // changeSpeed sets worker i's rate from a random point in the next
 // iteration on.
 func (s *sim) changeSpeed(i int, rate float64) {
-	s.old = slices.Clone(s.rates)
+	if s.old == nil {
+		s.old = slices.Clone(s.rates)
+	}
 	s.rates[i] = rate
+}
+
+// cfsPeriod is the CFS quota period.
+const cfsPeriod = 0.1
+
+// cfs is how long w seconds of CPU take under a CFS quota q (a fraction
+// of a core), starting at phase (seconds) into a period with the
+// period's quota unused, as a worker that waited for its peers has: it
+// runs until the quota or the period ends, and waits out the period when
+// the quota ends first.
+func cfs(w, q, phase float64) float64 {
+	t, budget, pos := 0.0, q*cfsPeriod, phase
+	for {
+		run := min(w, budget, cfsPeriod-pos)
+		w, t, pos, budget = w-run, t+run, pos+run, budget-run
+		if w <= 0 {
+			return t
+		}
+		t += cfsPeriod - pos
+		pos, budget = 0, q*cfsPeriod
+	}
 }
 
 // seconds is worker i's measured compute time this iteration.
 func (s *sim) seconds(i int) float64 {
 	b, v := float64(s.shares[i]), s.rates[i]
 	sec := b / v
+	if s.quota != nil && s.quota[i] > 0 {
+		// rates are the quota's long-run rate: full speed is v/quota.
+		sec = cfs(b/(v/s.quota[i]), s.quota[i], s.rng.Float64()*cfsPeriod)
+	}
 	if s.old != nil && s.old[i] != v {
 		f := s.rng.Float64() // the fraction of b done before the change
 		sec = f*b/s.old[i] + (1-f)*b/v
@@ -92,6 +124,9 @@ func (s *sim) iterate(t *testing.T) float64 {
 		ws[i] = Worker{Model: m, Min: 1}
 	}
 	s.old = nil
+	if changed {
+		s.jumps++
+	}
 	next, st, err := Step(s.p, s.st, ws, s.shares, s.B, changed)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +162,7 @@ func medianShares(hist [][]int) []float64 {
 // iterations after the first one run wholly at the new speed, and stays
 // there. Several seeds, as one run of a noisy simulation proves little.
 func TestStepHeterogeneous(t *testing.T) {
-	for seed := range uint64(8) {
+	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { heterogeneous(t, seed) })
 	}
 }
@@ -163,6 +198,16 @@ func heterogeneous(t *testing.T, seed uint64) {
 	}
 
 	s.changeSpeed(0, 1000)
+	settles(t, s)
+}
+
+// settles runs s through the iteration a change of speed falls in and 21
+// more, and checks that every share is within 10% of its new steady
+// state (the median over iterations 10-20 after the change) from 3
+// iterations after the first one run wholly at the new speed, and stays
+// there.
+func settles(t *testing.T, s *sim) {
+	t.Helper()
 	s.iterate(t) // the iteration the change falls in
 	var after [][]int
 	for range 21 {
@@ -178,6 +223,67 @@ func heterogeneous(t *testing.T, seed uint64) {
 			if got := float64(after[k][i]); math.Abs(got-want) > 0.1*want {
 				t.Fatalf("%d iterations after the change worker %d has %v, steady state %v (shares then %v)", k+1, i, got, want, after[k])
 			}
+		}
+	}
+}
+
+// TestStepFollowsSpeedUps: a worker that gets faster, 2× and 3.3× (15%
+// to 50% of a core), and two workers that swap speeds settle within 3
+// iterations of the first one wholly at the new speeds, as a slow-down
+// does, over 8 seeds, with sim's noise, spikes and buffer growth.
+func TestStepFollowsSpeedUps(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(s *sim)
+	}{
+		// The noise follows the cap: a 15% quota is coarse (15%), 30%
+		// less so (10%), 50% is fine (5%); a worker that slows down
+		// keeps its noise, as in heterogeneous.
+		{"2x", func(s *sim) { s.changeSpeed(3, 2000); s.noise[3] = 0.10 }},
+		{"3.3x", func(s *sim) { s.changeSpeed(3, 3300); s.noise[3] = 0.05 }},
+		{"swap", func(s *sim) { s.changeSpeed(0, 1000); s.changeSpeed(3, 3700); s.noise[3] = 0.05 }},
+	} {
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprintf("%s/seed%d", tc.name, seed), func(t *testing.T) {
+				const B = 24576
+				s := newSim([]float64{3700, 3700, 3700, 1000}, B, 0.05)
+				s.rng = rand.New(rand.NewPCG(seed, 8))
+				s.noise[3] = 0.15
+				s.spikes, s.spike, s.growth = 0.03, 1.6, 0.5
+				for range 40 {
+					s.iterate(t)
+				}
+				tc.change(s)
+				settles(t, s)
+			})
+		}
+	}
+}
+
+// TestStepIgnoresQuotaSpeedUps: under a 25% CFS quota, iterations
+// shorter than the quota period run at full speed whenever they fit in
+// the period's quota, 4× the quota's long-run rate, and longer ones are
+// charged a period less than their quotas: no lasting speed-up, and no
+// reason to jump the shares. Iterations of 20 ms to half a second, with
+// a worker at a quarter of a core beside two whole cores, over 8 seeds.
+// (A share whose work is exactly the quota is a knife edge: a hair more
+// waits out the period, 4× slower, which reads as a slow-down. B avoids
+// it here.)
+func TestStepIgnoresQuotaSpeedUps(t *testing.T) {
+	for _, B := range []int{240, 1500, 6000} {
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprintf("B%d/seed%d", B, seed), func(t *testing.T) {
+				s := newSim([]float64{1000, 4000, 4000}, B, 0.05)
+				s.rng = rand.New(rand.NewPCG(seed, 9))
+				s.quota = []float64{0.25, 0, 0}
+				var longest float64
+				for range 200 {
+					longest = max(longest, s.iterate(t))
+				}
+				if s.jumps > 0 {
+					t.Fatalf("iterations of at most %.0f ms jumped the shares %d times; shares %v", 1000*longest, s.jumps, s.shares)
+				}
+			})
 		}
 	}
 }
