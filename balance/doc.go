@@ -12,8 +12,8 @@
 //     significant, with a change detector that forgets the history when
 //     the worker slows down or speeds up sharply and holds single slow
 //     iterations (spikes) out of the fit. A speed-up counts only in
-//     iterations longer than a few CFS quota periods, which a quota
-//     cannot make run at full speed. Its Model is quantised to integers, so
+//     iterations predicted to last several CFS quota periods, which a
+//     quota cannot make run at full speed. Its Model is quantised to integers, so
 //     that the models every worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time

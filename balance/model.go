@@ -99,13 +99,17 @@ const (
 	// measured time): two iterations at 1.75× (a worker 2× faster, with
 	// 15% noise), three at 1.5×. No spike makes an iteration fast.
 	DefaultSpeedUpEvidence = 3.0
-	// DefaultSpeedUpMinSeconds is the shortest iteration whose speed-up
-	// counts towards a change. Under a CFS quota (granted per 100 ms
-	// period) an iteration that fits in one period's quota runs at full
-	// speed, and one of k quotas is charged k-1 periods of waiting, not
-	// k: short iterations read as speed-ups that do not last. From 5
-	// periods on, that reads as 1.25× at most, short of ChangeRatio.
-	DefaultSpeedUpMinSeconds = 0.5
+	// DefaultSpeedUpMinSeconds is the shortest predicted time of an
+	// iteration whose speed-up counts towards a change. Under a CFS quota
+	// (granted per 100 ms period) an iteration that fits in one period's
+	// quota runs at full speed, and one of k quotas is charged as few as
+	// k-2 periods of waiting, not k (one starting late in a period, with
+	// its quota unused, runs twice before the next): short iterations
+	// read as speed-ups that do not last. From 6 periods on, that reads
+	// as 1.5× at most, within ChangeRatio. The prediction, not the
+	// measured time, decides: a worker whose cap was raised from 15% to
+	// 50% runs a 1 s iteration in 0.3 s.
+	DefaultSpeedUpMinSeconds = 0.6
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
 	// cost from the rate; below it the rate is fitted through the origin.
@@ -170,8 +174,8 @@ func (e *Estimator) defaults() {
 // took over ChangeRatio longer than the model fitted before them
 // predicted, and their slow-downs multiplied reach ChangeEvidence; or,
 // the mirror, each ran over ChangeRatio faster (predicted over measured
-// time), for at least SpeedUpMinSeconds, and their speed-ups multiplied
-// reach SpeedUpEvidence.
+// time) where at least SpeedUpMinSeconds was predicted, and their
+// speed-ups multiplied reach SpeedUpEvidence.
 //
 // A slow (or fast) iteration is held out of the fit until the next one
 // says what it was. If that one is slow (fast) too, the worker changed
@@ -185,9 +189,10 @@ func (e *Estimator) defaults() {
 // buffers at a larger share, a page-fault storm) and is dropped: fitted,
 // one such iteration at a new batch size set the slope of the fit.
 //
-// Speed-ups of iterations shorter than SpeedUpMinSeconds never count:
-// on a CPU-capped host a small share fits in one period's quota and runs
-// at full speed, which is no lasting change (DefaultSpeedUpMinSeconds).
+// Speed-ups of iterations predicted shorter than SpeedUpMinSeconds never
+// count: on a CPU-capped host a small share fits in one period's quota
+// and runs at full speed, which is no lasting change
+// (DefaultSpeedUpMinSeconds).
 // Such an iteration, or one faster than the fit but short of
 // ChangeRatio, is fitted as it comes, unless it falls in a run of fast
 // ones: then it neither adds evidence nor ends the run (for up to
@@ -211,7 +216,7 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 		return false
 	}
 	if m, ok := e.Fit(); ok {
-		if dir, factor := e.judge(o, o.Seconds/m.Seconds(o.Samples)); dir != 0 {
+		if dir, factor := e.judge(o.Seconds, m.Seconds(o.Samples)); dir != 0 {
 			return e.hold(o, dir, factor)
 		}
 	}
@@ -223,16 +228,17 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	return false
 }
 
-// judge classifies an iteration that took ratio times the fit's
-// prediction: slow (dir +1) or fast (-1) with its slow-down or speed-up,
-// fast with factor 0 for one that only keeps a run of fast ones going,
-// or neither (0).
-func (e *Estimator) judge(o Obs, ratio float64) (dir int8, factor float64) {
+// judge classifies an iteration that took seconds where the fit
+// predicted predicted: slow (dir +1) or fast (-1) with its slow-down or
+// speed-up, fast with factor 0 for one that only keeps a run of fast
+// ones going, or neither (0).
+func (e *Estimator) judge(seconds, predicted float64) (dir int8, factor float64) {
+	ratio := seconds / predicted
 	fastRun := e.heldDir < 0 && len(e.held) > 0
 	switch {
 	case ratio > 1+e.ChangeRatio:
 		return 1, ratio
-	case 1/ratio > 1+e.ChangeRatio && o.Seconds >= e.SpeedUpMinSeconds:
+	case 1/ratio > 1+e.ChangeRatio && predicted >= e.SpeedUpMinSeconds:
 		return -1, 1 / ratio
 	case fastRun && ratio < 1 && len(e.held) < e.ChangeConfirm+2:
 		return -1, 0

@@ -263,8 +263,8 @@ func TestStepFollowsSpeedUps(t *testing.T) {
 // TestStepIgnoresQuotaSpeedUps: under a 25% CFS quota, iterations
 // shorter than the quota period run at full speed whenever they fit in
 // the period's quota, 4× the quota's long-run rate, and longer ones are
-// charged a period less than their quotas: no lasting speed-up, and no
-// reason to jump the shares. Iterations of 20 ms to half a second, with
+// charged a period or two less than their quotas: no lasting speed-up,
+// and no reason to jump the shares. Iterations of 20 ms to half a second, with
 // a worker at a quarter of a core beside two whole cores, over 8 seeds.
 // (A share whose work is exactly the quota is a knife edge: a hair more
 // waits out the period, 4× slower, which reads as a slow-down. B avoids
