@@ -180,10 +180,8 @@ func (w *Worker) joinSeeds(ctx context.Context) (start bool, err error) {
 		running := runningJob(jobWorkers(w.node.Members(), w.cfg.Job), w.cfg.Name)
 		step := nextSeedStep(starter, answers, running, time.Since(began) < starterPatience)
 		switch {
-		case step == stepStart && err == nil:
-			w.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the other seeds run no job: starting the job")
-			return true, nil
 		case step == stepStart:
+			// err, if any, says which seeds did not answer.
 			w.log.Info().Err(err).Strs("seeds", others).Msg("this worker is the first seed and no other seed is in a job: starting the job")
 			return true, nil
 		case step == stepPend && starter:

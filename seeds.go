@@ -171,10 +171,10 @@ func (w *Worker) selfSeeds(ctx context.Context, seeds []string) []bool {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, seedLookup)
-		ips, err := net.DefaultResolver.LookupNetIP(lctx, "ip", h)
+		ips, _ := net.DefaultResolver.LookupNetIP(lctx, "ip", h) // no answer: not this worker
 		cancel()
 		for _, ip := range ips {
-			self[i] = self[i] || err == nil && hosts[ip.Unmap()]
+			self[i] = self[i] || hosts[ip.Unmap()]
 		}
 	}
 	return self
