@@ -240,7 +240,7 @@ func TestCompareMembersOrdersIPsNumerically(t *testing.T) {
 func TestRecordRoundTrip(t *testing.T) {
 	r := record{kind: kindBoundary, iter: 9, share: 3, compute: 4, decision: 5, status: statusTimeout, digest: 6,
 		hashNs: 7, layout: 8, wall: 10, leave: true, minWorkers: 2, maxWorkers: 30,
-		model: balance.Model{FixedNs: 11, RateMicro: 12, Flat: true}, speedChanged: true, minShare: 1, maxShare: 13, headroom: 14 << 30}
+		model: balance.Model{FixedNs: 11, RateMicro: 12, Flat: true, NoisePpm: 15}, speedChanged: true, minShare: 1, maxShare: 13, headroom: 14 << 30}
 	r.joiners[7] = 99
 	row := r.encode()
 	if len(row) != recordLen {

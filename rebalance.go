@@ -123,8 +123,9 @@ func (w *Worker) startShares(members []transport.PeerID, fits map[transport.Peer
 }
 
 // fitWords is how many int64 one member's fit takes in syncFits: the
-// model's fixed time and rate, flags (fitKept, fitFlat), Min and Max.
-const fitWords = 5
+// model's fixed time, rate and noise, flags (fitKept, fitFlat), Min and
+// Max.
+const fitWords = 6
 
 const (
 	fitKept = 1 << iota // the holder's table has the member
@@ -148,7 +149,7 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 			if f.Model.Flat {
 				flags |= fitFlat
 			}
-			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, flags, int64(f.Min), int64(f.Max)})
+			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, f.Model.NoisePpm, flags, int64(f.Min), int64(f.Max)})
 		}
 	}
 	if err := ring.Broadcast(ctx, vs.data, root, words); err != nil {
@@ -157,9 +158,9 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 	fits := make(map[transport.PeerID]balance.Worker, len(vs.ids))
 	for r, id := range vs.ids {
 		x := words[fitWords*r : fitWords*(r+1)]
-		if x[2]&fitKept != 0 { // with its bounds, even without a model yet
-			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], Flat: x[2]&fitFlat != 0},
-				Min: int(x[3]), Max: int(x[4])}
+		if x[3]&fitKept != 0 { // with its bounds, even without a model yet
+			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], NoisePpm: x[2], Flat: x[3]&fitFlat != 0},
+				Min: int(x[4]), Max: int(x[5])}
 		}
 	}
 	w.fits = fits

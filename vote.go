@@ -128,7 +128,7 @@ const (
 
 // recordVersion is the boundary record's layout version. It grows when
 // fields are added, which also changes recordLen.
-const recordVersion = 6
+const recordVersion = 7
 
 // Sizes of the record's fixed arrays.
 const (
@@ -185,7 +185,7 @@ type record struct {
 	ckptFailed bool
 }
 
-const recordLen = 23 + joinerSlots + spareWords
+const recordLen = 24 + joinerSlots + spareWords
 
 func (r *record) encode() []int64 {
 	row := make([]int64, 0, recordLen)
@@ -195,7 +195,7 @@ func (r *record) encode() []int64 {
 	for _, j := range r.joiners {
 		row = append(row, int64(j))
 	}
-	row = append(row, r.headroom, boolInt(r.model.Flat), int64(r.epoch), int64(r.dirEpoch), boolInt(r.ckptFailed))
+	row = append(row, r.headroom, boolInt(r.model.Flat), int64(r.epoch), int64(r.dirEpoch), boolInt(r.ckptFailed), r.model.NoisePpm)
 	return row[:recordLen]
 }
 
@@ -212,6 +212,7 @@ func decodeRecord(row []int64) (record, int64) {
 	r.model.Flat = row[19+joinerSlots] != 0
 	r.epoch, r.dirEpoch = uint64(row[20+joinerSlots]), uint64(row[21+joinerSlots])
 	r.ckptFailed = row[22+joinerSlots] != 0
+	r.model.NoisePpm = row[23+joinerSlots]
 	return r, row[0] >> 8
 }
 

@@ -10,11 +10,14 @@
 //     (samples, compute seconds) and fits c(b) = a + b/v by
 //     recency-weighted least squares, keeping a only when it is
 //     significant, with a change detector that forgets the history when
-//     the worker slows down or speeds up sharply and holds single slow
-//     iterations (spikes) out of the fit. A speed-up counts only in
-//     iterations predicted to last several CFS quota periods, which a
-//     quota cannot make run at full speed. Its Model is quantised to integers, so
-//     that the models every worker publishes are exact.
+//     the worker slows down or speeds up sharply and holds runs of slow
+//     iterations (spikes, bursts of preemption) out of the fit. A
+//     slow-down counts only once its iterations span several CFS quota
+//     periods of predicted time, and a speed-up only in iterations
+//     predicted to last that long, which a quota cannot make run at full
+//     speed. It measures the worker's noise, how far its iterations stray
+//     from the predictions. Its Model, noise included, is quantised to
+//     integers, so that the models every worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time
 //     max cᵢ(bᵢ) subject to Σbᵢ = B and minᵢ ≤ bᵢ ≤ maxᵢ, by water-filling,
@@ -22,7 +25,7 @@
 //     uses only IEEE-rounded float64 operations on integer inputs, so every
 //     worker, whatever its CPU, derives the same shares.
 //   - Step damps Solve's moves: it moves part of the way, keeps the shares
-//     when the predicted gain is small, halves its step when shares
-//     oscillate and restores it as they stop, and jumps at once when a
-//     worker changed speed.
+//     until the predicted gain exceeds the workers' noise, halves its
+//     step when shares oscillate and restores it as they stop, and jumps
+//     at once when a worker changed speed.
 package balance

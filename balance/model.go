@@ -1,8 +1,10 @@
 package balance
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/gonum/stat/distuv"
@@ -25,7 +27,15 @@ type Model struct {
 	FixedNs   int64
 	RateMicro int64
 	Flat      bool
+	// NoisePpm is how far, in millionths, the worker's iterations stray
+	// from the model's predictions: the recency-weighted median of
+	// |measured/predicted - 1| (0: not yet measured). Step starts no
+	// move of shares at rest for a predicted gain below it.
+	NoisePpm int64
 }
+
+// noise is NoisePpm as a fraction.
+func (m Model) noise() float64 { return float64(m.NoisePpm) / 1e6 }
 
 // Known reports whether the model has a rate.
 func (m Model) Known() bool { return m.RateMicro > 0 }
@@ -62,10 +72,15 @@ func (m Model) share(t float64) float64 {
 }
 
 func (m Model) String() string {
+	f := "%.3gs + b/%.4g per s"
 	if m.Flat {
-		return fmt.Sprintf("max(%.3gs, b/%.4g per s)", m.fixed(), m.rate())
+		f = "max(%.3gs, b/%.4g per s)"
 	}
-	return fmt.Sprintf("%.3gs + b/%.4g per s", m.fixed(), m.rate())
+	s := fmt.Sprintf(f, m.fixed(), m.rate())
+	if m.NoisePpm > 0 {
+		s += fmt.Sprintf(" ±%.2g%%", 100*m.noise())
+	}
+	return s
 }
 
 // quantise rounds a fitted model to a Model.
@@ -110,6 +125,15 @@ const (
 	// measured time, decides: a worker whose cap was raised from 15% to
 	// 50% runs a 1 s iteration in 0.3 s.
 	DefaultSpeedUpMinSeconds = 0.6
+	// DefaultChangeMinSeconds is the least predicted time that the slow
+	// iterations counted towards a change must span together. On a busy
+	// machine, iterations of a millisecond or less run slow in bursts of
+	// tens of them while another process holds the core: seen in the
+	// default 4-worker job on 2 cores, where a tenth of iterations took
+	// over 2.5× the median and two slow ones in a row jumped the shares
+	// about 90 times in 700 iterations. A lasting slow-down there is
+	// still followed, after 0.6 s, and smaller drifts by the fit.
+	DefaultChangeMinSeconds = 0.6
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
 	// cost from the rate; below it the rate is fitted through the origin.
@@ -137,12 +161,18 @@ type Estimator struct {
 	SpeedUpMinSeconds float64
 	// SpeedUpEvidence: default DefaultSpeedUpEvidence.
 	SpeedUpEvidence float64
+	// ChangeMinSeconds: default DefaultChangeMinSeconds.
+	ChangeMinSeconds float64
 
 	obs     []Obs     // oldest first, at most Window
 	held    []Obs     // slow (or fast) iterations in a row, not yet a change, kept out of obs
 	factors []float64 // each held iteration's slow-down (speed-up); 0: it only keeps a fast run going
 	heldDir int8      // +1: the held iterations are slow; -1: fast
-	warmed  bool      // the first iteration, a warm-up, has been replaced
+	devs    []float64 // |measured/predicted - 1| of recent iterations, oldest first, at most Window
+	heldDev []float64 // the same of each held iteration
+	// heldSeconds is the predicted time of the held iterations that count.
+	heldSeconds float64
+	warmed      bool // the first iteration, a warm-up, has been replaced
 }
 
 func (e *Estimator) defaults() {
@@ -167,27 +197,34 @@ func (e *Estimator) defaults() {
 	if e.SpeedUpEvidence <= 0 {
 		e.SpeedUpEvidence = DefaultSpeedUpEvidence
 	}
+	if e.ChangeMinSeconds <= 0 {
+		e.ChangeMinSeconds = DefaultChangeMinSeconds
+	}
 }
 
 // Add records an iteration and reports whether the worker changed
 // speed: this and at least the previous ChangeConfirm-1 iterations each
 // took over ChangeRatio longer than the model fitted before them
-// predicted, and their slow-downs multiplied reach ChangeEvidence; or,
-// the mirror, each ran over ChangeRatio faster (predicted over measured
-// time) where at least SpeedUpMinSeconds was predicted, and their
-// speed-ups multiplied reach SpeedUpEvidence.
+// predicted, their slow-downs multiplied reach ChangeEvidence, and
+// their predicted times add up to ChangeMinSeconds; or, the mirror, each
+// ran over ChangeRatio faster (predicted over measured time) where at
+// least SpeedUpMinSeconds was predicted, and their speed-ups multiplied
+// reach SpeedUpEvidence.
 //
 // A slow (or fast) iteration is held out of the fit until the next one
-// says what it was. If that one is slow (fast) too, the worker changed
-// speed: the history is cut to the held iterations, and the next Fit
-// follows the new speed at once, so the shares may jump rather than
-// creep: everyone waits for a straggler, and a worker that got faster
+// says what it was. If that one is slow (fast) too, and the run is long
+// enough, the worker changed speed: the history is cut to the held
+// iterations, and the next Fit follows the new speed at once, so the
+// shares may jump rather than creep: everyone waits for a straggler, and a worker that got faster
 // idles until the shares move. The first held iteration is dropped too
 // if it is nearer the old speed than every later one: it may have
 // straddled the change. If the next one is not slow (fast), the held
 // iteration was a spike (a collector cycle, a trainer growing its
 // buffers at a larger share, a page-fault storm) and is dropped: fitted,
 // one such iteration at a new batch size set the slope of the fit.
+// Slow runs shorter than ChangeMinSeconds end the same way: at
+// iterations of milliseconds, preemptions come in bursts of tens of
+// them (DefaultChangeMinSeconds).
 //
 // Speed-ups of iterations predicted shorter than SpeedUpMinSeconds never
 // count: on a CPU-capped host a small share fits in one period's quota
@@ -215,12 +252,16 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 		e.obs[0], e.warmed = o, true
 		return false
 	}
-	if m, ok := e.Fit(); ok {
-		if dir, factor := e.judge(o.Seconds, m.Seconds(o.Samples)); dir != 0 {
-			return e.hold(o, dir, factor)
+	if m, ok := e.fit(); ok {
+		predicted := m.Seconds(o.Samples)
+		dev := math.Abs(o.Seconds/predicted - 1)
+		if dir, factor := e.judge(o.Seconds, predicted); dir != 0 {
+			return e.hold(o, dir, factor, dev, predicted)
 		}
+		e.deviated(e.heldDev...) // the held run was noise
+		e.deviated(dev)
 	}
-	e.held, e.factors = e.held[:0], e.factors[:0]
+	e.clearHeld()
 	e.obs = append(e.obs, o)
 	if len(e.obs) > e.Window {
 		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
@@ -249,11 +290,16 @@ func (e *Estimator) judge(seconds, predicted float64) (dir int8, factor float64)
 // hold adds a slow or fast iteration to the run held out of the fit, and
 // reports whether the run is now a change of speed, which replaces the
 // history with the run.
-func (e *Estimator) hold(o Obs, dir int8, factor float64) bool {
+func (e *Estimator) hold(o Obs, dir int8, factor, dev, predicted float64) bool {
 	if len(e.held) == 0 || e.heldDir != dir {
-		e.held, e.factors, e.heldDir = e.held[:0], e.factors[:0], dir
+		e.deviated(e.heldDev...)
+		e.clearHeld()
+		e.heldDir = dir
 	}
-	e.held, e.factors = append(e.held, o), append(e.factors, factor)
+	e.held, e.factors, e.heldDev = append(e.held, o), append(e.factors, factor), append(e.heldDev, dev)
+	if factor > 0 {
+		e.heldSeconds += predicted
+	}
 	need := e.ChangeEvidence
 	if dir < 0 {
 		need = e.SpeedUpEvidence
@@ -268,7 +314,7 @@ func (e *Estimator) hold(o Obs, dir int8, factor float64) bool {
 			}
 		}
 	}
-	if counted < e.ChangeConfirm || evidence < need {
+	if counted < e.ChangeConfirm || evidence < need || e.heldSeconds < e.ChangeMinSeconds {
 		return false
 	}
 	e.obs = e.obs[:0]
@@ -277,13 +323,62 @@ func (e *Estimator) hold(o Obs, dir int8, factor float64) bool {
 			e.obs = append(e.obs, h)
 		}
 	}
-	e.held, e.factors = e.held[:0], e.factors[:0]
+	if len(e.obs) > e.Window {
+		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
+	}
+	e.clearHeld() // a change, not noise
 	return true
 }
 
+// clearHeld ends the held run.
+func (e *Estimator) clearHeld() {
+	e.held, e.factors, e.heldDev, e.heldSeconds = e.held[:0], e.factors[:0], e.heldDev[:0], 0
+}
+
+// deviated records iterations' deviations from their predictions, keeping
+// the newest Window.
+func (e *Estimator) deviated(devs ...float64) {
+	e.devs = append(e.devs, devs...)
+	if len(e.devs) > e.Window {
+		e.devs = append(e.devs[:0], e.devs[len(e.devs)-e.Window:]...)
+	}
+}
+
+// minNoiseObs is how many deviations Noise needs before it tells.
+const minNoiseObs = 4
+
+// noisePpm is the recency-weighted median of the recorded deviations, in
+// millionths, 0 with fewer than minNoiseObs. A median, as a spike must
+// not make a steady worker look noisy.
+func (e *Estimator) noisePpm() int64 {
+	n := len(e.devs)
+	if n < minNoiseObs {
+		return 0
+	}
+	order := make([]int, n)
+	var total float64
+	for i := range order {
+		order[i] = i
+		total += e.weight(n, i)
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(e.devs[a], e.devs[b]) })
+	var acc float64
+	for _, i := range order {
+		if acc += e.weight(n, i); acc >= total/2 {
+			return int64(math.Round(e.devs[i] * 1e6))
+		}
+	}
+	return int64(math.Round(e.devs[order[n-1]] * 1e6))
+}
+
+// weight is the recency weight of the i-th of n observations, oldest
+// first: it halves every HalfLife iterations of age.
+func (e *Estimator) weight(n, i int) float64 { return math.Exp2(-float64(n-1-i) / e.HalfLife) }
+
 // Reset forgets every observation; the next is a warm-up again.
 func (e *Estimator) Reset() {
-	e.obs, e.held, e.factors, e.warmed = e.obs[:0], e.held[:0], e.factors[:0], false
+	e.clearHeld()
+	e.obs, e.devs, e.warmed = e.obs[:0], e.devs[:0], false
 }
 
 // Len is the number of observations the fit uses.
@@ -301,6 +396,13 @@ func (e *Estimator) Len() int { return len(e.obs) }
 // worker that computed 7000 samples in 4 s at about 1800 per s, which
 // the solver took for a worker that could take many more samples.
 func (e *Estimator) Fit() (Model, bool) {
+	m, ok := e.fit()
+	m.NoisePpm = e.noisePpm()
+	return m, ok
+}
+
+// fit is Fit without the noise.
+func (e *Estimator) fit() (Model, bool) {
 	e.defaults()
 	n := len(e.obs)
 	if n == 0 {
@@ -312,7 +414,7 @@ func (e *Estimator) Fit() (Model, bool) {
 	x, y, w := make([]float64, n), make([]float64, n), make([]float64, n)
 	for i, o := range e.obs {
 		x[i], y[i] = float64(o.Samples), o.Seconds
-		w[i] = math.Exp2(-float64(n-1-i) / e.HalfLife)
+		w[i] = e.weight(n, i)
 	}
 	if n >= 3 {
 		mean, std := stat.MeanStdDev(x, w)

@@ -186,6 +186,65 @@ func TestSpeedUpDetection(t *testing.T) {
 	}
 }
 
+// TestNoise: NoisePpm is the median deviation of the iterations from
+// their predictions. At ±10% uniform noise that is about 5%; rare spikes
+// barely move it; the iterations of a change of speed are no noise; and
+// with fewer than minNoiseObs iterations it is 0, unknown.
+func TestNoise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var e Estimator
+	noise := func() float64 { m, _ := e.Fit(); return float64(m.NoisePpm) / 1e6 }
+	for k := range 200 {
+		sec := 1 + 0.1*(2*rng.Float64()-1)
+		if k%25 == 0 {
+			sec *= 2 // a spike
+		}
+		e.Add(Obs{Samples: 100, Seconds: sec})
+		if k == minNoiseObs-1 && noise() != 0 {
+			t.Fatalf("noise %v after %d iterations (%d judged), want 0: unknown", noise(), k+1, k-1)
+		}
+	}
+	if got := noise(); got < 0.04 || got > 0.065 {
+		t.Fatalf("noise %.3f at ±10%% uniform with a spike in 25, want about 0.05", got)
+	}
+	before := noise()
+	e.Add(Obs{Samples: 100, Seconds: 3})
+	if !e.Add(Obs{Samples: 100, Seconds: 3}) {
+		t.Fatal("two iterations at 3x are not a change")
+	}
+	if got := noise(); got != before {
+		t.Fatalf("a change moved the noise from %.3f to %.3f", before, got)
+	}
+}
+
+// TestShortSlowDowns: slow iterations count towards a change only once
+// those counted span ChangeMinSeconds of predicted time. Until then they
+// stay out of the fit, as spikes do, so a burst of them moves nothing.
+func TestShortSlowDowns(t *testing.T) {
+	var e Estimator
+	for range 20 {
+		e.Add(Obs{Samples: 100, Seconds: 0.01})
+	}
+	for range 30 { // a burst: 0.3 s predicted
+		if e.Add(Obs{Samples: 100, Seconds: 0.03}) {
+			t.Fatal("a 0.3 s burst of slow iterations counted as a change")
+		}
+	}
+	e.Add(Obs{Samples: 100, Seconds: 0.01}) // the burst ends
+	if m, _ := e.Fit(); m.RateMicro != 10000e6 {
+		t.Fatalf("after the burst: fit %v, want b/10000 per s, the burst left out", m)
+	}
+	need := int(math.Ceil(DefaultChangeMinSeconds / 0.01))
+	for k := 1; k <= need; k++ {
+		if changed := e.Add(Obs{Samples: 100, Seconds: 0.03}); changed != (k == need) {
+			t.Fatalf("slow iteration %d of 10 ms predicted: changed %v; want a change at the %dth", k, changed, need)
+		}
+	}
+	if m, _ := e.Fit(); e.Len() != DefaultWindow || !near(float64(m.RateMicro), 3333e6, 0.01) {
+		t.Fatalf("after the change: %d observations, fit %v; want the newest %d, b/3333 per s", e.Len(), m, DefaultWindow)
+	}
+}
+
 // TestWarmUp: a worker's first iteration, slow with first touches, stands
 // only until the second replaces it; Reset starts over.
 func TestWarmUp(t *testing.T) {
