@@ -132,6 +132,26 @@ const (
 	fitFlat             // its model is flat-then-linear
 )
 
+// encodeFit writes f in the first fitWords of words.
+func encodeFit(words []int64, f balance.Worker) {
+	flags := int64(fitKept)
+	if f.Model.Flat {
+		flags |= fitFlat
+	}
+	copy(words, []int64{f.Model.FixedNs, f.Model.RateMicro, f.Model.NoisePpm, flags, int64(f.Min), int64(f.Max)})
+}
+
+// decodeFit reads what encodeFit wrote, false for words of no fit.
+// A fit comes with its bounds, even without a model yet.
+func decodeFit(words []int64) (balance.Worker, bool) {
+	x := words[:fitWords]
+	if x[3]&fitKept == 0 {
+		return balance.Worker{}, false
+	}
+	return balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], NoisePpm: x[2], Flat: x[3]&fitFlat != 0},
+		Min: int(x[4]), Max: int(x[5])}, true
+}
+
 // syncFits brings every member of the current view the fits of root's
 // last table, root being the holder of a recovery's winning commit, and
 // sets the shares the view starts from by them: the members' own tables
@@ -141,15 +161,9 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 	words := make([]int64, fitWords*len(vs.ids))
 	if vs.rank == root {
 		for r, id := range vs.ids {
-			f, ok := w.fits[id]
-			if !ok {
-				continue // not in the table: zeros
+			if f, ok := w.fits[id]; ok { // else not in the table: zeros
+				encodeFit(words[fitWords*r:], f)
 			}
-			flags := int64(fitKept)
-			if f.Model.Flat {
-				flags |= fitFlat
-			}
-			copy(words[fitWords*r:], []int64{f.Model.FixedNs, f.Model.RateMicro, f.Model.NoisePpm, flags, int64(f.Min), int64(f.Max)})
 		}
 	}
 	if err := ring.Broadcast(ctx, vs.data, root, words); err != nil {
@@ -157,10 +171,8 @@ func (w *Worker) syncFits(ctx context.Context, root int) error {
 	}
 	fits := make(map[transport.PeerID]balance.Worker, len(vs.ids))
 	for r, id := range vs.ids {
-		x := words[fitWords*r : fitWords*(r+1)]
-		if x[3]&fitKept != 0 { // with its bounds, even without a model yet
-			fits[id] = balance.Worker{Model: balance.Model{FixedNs: x[0], RateMicro: x[1], NoisePpm: x[2], Flat: x[3]&fitFlat != 0},
-				Min: int(x[4]), Max: int(x[5])}
+		if f, ok := decodeFit(words[fitWords*r:]); ok {
+			fits[id] = f
 		}
 	}
 	w.fits = fits

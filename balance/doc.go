@@ -15,9 +15,11 @@
 //     slow-down counts only once its iterations span several CFS quota
 //     periods of predicted time, and a speed-up only in iterations
 //     predicted to last that long, which a quota cannot make run at full
-//     speed. It measures the worker's noise, how far its iterations stray
-//     from the predictions. Its Model, noise included, is quantised to
-//     integers, so that the models every worker publishes are exact.
+//     speed. A duty, averaged over a second or more, charges shorter
+//     slow runs to the worker, so that its model is its mean speed, and
+//     the noise says how uncertain that model is. Its Model, noise
+//     included, is quantised to integers, so that the models every
+//     worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of
 //     models and bounds: it minimises the predicted iteration time
 //     max cᵢ(bᵢ) subject to Σbᵢ = B and minᵢ ≤ bᵢ ≤ maxᵢ, by water-filling,

@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -27,10 +26,9 @@ type Model struct {
 	FixedNs   int64
 	RateMicro int64
 	Flat      bool
-	// NoisePpm is how far, in millionths, the worker's iterations stray
-	// from the model's predictions: the recency-weighted median of
-	// |measured/predicted - 1| (0: not yet measured). Step starts no
-	// move of shares at rest for a predicted gain below it.
+	// NoisePpm is how uncertain the model is, relative, in millionths
+	// (1e6 until measured): see Estimator.Fit. Step moves no shares for
+	// a predicted gain below it.
 	NoisePpm int64
 }
 
@@ -78,7 +76,7 @@ func (m Model) String() string {
 	}
 	s := fmt.Sprintf(f, m.fixed(), m.rate())
 	if m.NoisePpm > 0 {
-		s += fmt.Sprintf(" ±%.2g%%", 100*m.noise())
+		s += fmt.Sprintf(" ±%.1f%%", 100*m.noise())
 	}
 	return s
 }
@@ -131,9 +129,19 @@ const (
 	// tens of them while another process holds the core: seen in the
 	// default 4-worker job on 2 cores, where a tenth of iterations took
 	// over 2.5× the median and two slow ones in a row jumped the shares
-	// about 90 times in 700 iterations. A lasting slow-down there is
-	// still followed, after 0.6 s, and smaller drifts by the fit.
+	// about 90 times in 700 iterations. A shorter run is charged to the
+	// worker through the duty (DefaultDutySeconds); a lasting slow-down
+	// is a change once its iterations were predicted to take 0.6 s
+	// together, which at a slow-down of k× is 0.6·k s of wall time.
 	DefaultChangeMinSeconds = 0.6
+	// DefaultDutySeconds is the least span, in predicted time, over which
+	// the duty averages: how much longer than the fit the iterations
+	// take, slow runs included, which scales the published model. The
+	// fit follows the iterations between slow runs; the duty charges the
+	// runs to the worker, so one slowed in bursts (a co-tenant that wakes
+	// now and then) gets fewer samples, as its mean speed says. At
+	// iterations of a second, HalfLife iterations are the longer span.
+	DefaultDutySeconds = 1.0
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
 	// cost from the rate; below it the rate is fitted through the origin.
@@ -163,16 +171,30 @@ type Estimator struct {
 	SpeedUpEvidence float64
 	// ChangeMinSeconds: default DefaultChangeMinSeconds.
 	ChangeMinSeconds float64
+	// DutySeconds: default DefaultDutySeconds.
+	DutySeconds float64
 
 	obs     []Obs     // oldest first, at most Window
 	held    []Obs     // slow (or fast) iterations in a row, not yet a change, kept out of obs
 	factors []float64 // each held iteration's slow-down (speed-up); 0: it only keeps a fast run going
 	heldDir int8      // +1: the held iterations are slow; -1: fast
-	devs    []float64 // |measured/predicted - 1| of recent iterations, oldest first, at most Window
-	heldDev []float64 // the same of each held iteration
-	// heldSeconds is the predicted time of the held iterations that count.
-	heldSeconds float64
-	warmed      bool // the first iteration, a warm-up, has been replaced
+	// The run's evidence: the sum of the logarithms of its factors, how
+	// many count, the least after the first, and their predicted and
+	// measured time.
+	heldLogEvidence float64
+	heldCounted     int
+	heldLeast       float64
+	heldSeconds     float64
+	heldMeasured    float64
+	heldSamples     float64
+	// The duty's decayed weight, samples and seconds; the wander of
+	// the logarithm of the published rate, and the measured over
+	// predicted times.
+	dutyWeight, dutySamples, dutySecs float64
+	wander, ratios                    ewStats
+	noiseBefore                       int64 // the noise before the last change of speed
+	runNoise                          int64 // the noise before the held run began
+	warmed                            bool  // the first iteration, a warm-up, has been replaced
 }
 
 func (e *Estimator) defaults() {
@@ -200,6 +222,9 @@ func (e *Estimator) defaults() {
 	if e.ChangeMinSeconds <= 0 {
 		e.ChangeMinSeconds = DefaultChangeMinSeconds
 	}
+	if e.DutySeconds <= 0 {
+		e.DutySeconds = DefaultDutySeconds
+	}
 }
 
 // Add records an iteration and reports whether the worker changed
@@ -215,16 +240,17 @@ func (e *Estimator) defaults() {
 // says what it was. If that one is slow (fast) too, and the run is long
 // enough, the worker changed speed: the history is cut to the held
 // iterations, and the next Fit follows the new speed at once, so the
-// shares may jump rather than creep: everyone waits for a straggler, and a worker that got faster
-// idles until the shares move. The first held iteration is dropped too
+// shares may jump rather than creep: everyone waits for a straggler, and
+// a worker that got faster idles until the shares move. The first held iteration is dropped too
 // if it is nearer the old speed than every later one: it may have
 // straddled the change. If the next one is not slow (fast), the held
 // iteration was a spike (a collector cycle, a trainer growing its
 // buffers at a larger share, a page-fault storm) and is dropped: fitted,
 // one such iteration at a new batch size set the slope of the fit.
-// Slow runs shorter than ChangeMinSeconds end the same way: at
-// iterations of milliseconds, preemptions come in bursts of tens of
-// them (DefaultChangeMinSeconds).
+// Slow runs shorter than ChangeMinSeconds end the same way, out of the
+// fit, but their time is charged to the duty if they had the evidence
+// of a change: at iterations of milliseconds, preemptions come in
+// bursts of tens of them (DefaultChangeMinSeconds).
 //
 // Speed-ups of iterations predicted shorter than SpeedUpMinSeconds never
 // count: on a CPU-capped host a small share fits in one period's quota
@@ -254,12 +280,21 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	}
 	if m, ok := e.fit(); ok {
 		predicted := m.Seconds(o.Samples)
-		dev := math.Abs(o.Seconds/predicted - 1)
-		if dir, factor := e.judge(o.Seconds, predicted); dir != 0 {
-			return e.hold(o, dir, factor, dev, predicted)
+		dir, factor := e.judge(o.Seconds, predicted)
+		if dir != 0 && (len(e.held) == 0 || e.heldDir != dir) {
+			e.runNoise = e.noisePpm() // should the run be a change
 		}
-		e.deviated(e.heldDev...) // the held run was noise
-		e.deviated(dev)
+		e.track(m, o, predicted, dir == 0)
+		if dir != 0 {
+			return e.hold(o, dir, factor, predicted)
+		}
+		if e.heldDir > 0 && e.heldCounted >= e.ChangeConfirm && e.heldLogEvidence >= math.Log(e.ChangeEvidence) {
+			// A slow run too short to be a change: no new speed, but
+			// time the worker spent, which the duty charges it.
+			e.dutyWeight += float64(e.heldCounted)
+			e.dutySamples += e.heldSamples
+			e.dutySecs += e.heldMeasured
+		}
 	}
 	e.clearHeld()
 	e.obs = append(e.obs, o)
@@ -268,6 +303,86 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	}
 	return false
 }
+
+// track ages the duty and the wander by an iteration o, where the fit m
+// predicted predicted, and adds it to the duty if fitted: their weights
+// halve every HalfLife iterations or DutySeconds of predicted time,
+// whichever is longer.
+func (e *Estimator) track(m Model, o Obs, predicted float64, fitted bool) {
+	decay := math.Exp2(-min(1/e.HalfLife, predicted/e.DutySeconds))
+	e.dutyWeight *= decay
+	e.dutySamples *= decay
+	e.dutySecs *= decay
+	if fitted {
+		e.dutyWeight++
+		e.dutySamples += float64(o.Samples)
+		e.dutySecs += o.Seconds
+	}
+	e.wander.add(math.Log(m.rate()/e.duty(m)), decay)
+	e.ratios.add(o.Seconds/predicted, decay)
+}
+
+// duty is how much longer the duty's iterations took than the fit m
+// predicts for them: 1 with none. Measured against the fit of now, not
+// the fits the iterations met, so that a fit following a new speed is
+// not charged its lag as well.
+func (e *Estimator) duty(m Model) float64 {
+	var predicted float64
+	if m.Flat {
+		predicted = max(m.fixed()*e.dutyWeight, e.dutySamples/m.rate())
+	} else {
+		predicted = m.fixed()*e.dutyWeight + e.dutySamples/m.rate()
+	}
+	if !(e.dutySecs > 0) || !(predicted > 0) {
+		return 1
+	}
+	return e.dutySecs / predicted
+}
+
+// noisePpm is how uncertain the published speed is, in millionths: the
+// larger of its wander (the weighted standard deviation of its
+// logarithm) and the standard error of the mean of measured over
+// predicted times that it rests on; before minNoiseObs iterations, the
+// noise before the last change of speed (0 at first).
+func (e *Estimator) noisePpm() int64 {
+	if e.wander.n < minNoiseObs {
+		if e.noiseBefore == 0 {
+			return 1e6 // unknown: nothing is known yet
+		}
+		return e.noiseBefore
+	}
+	return int64(math.Round(1e6 * max(e.wander.sd(), e.ratios.se()/e.ratios.mean())))
+}
+
+// ewStats are exponentially weighted statistics of a series.
+type ewStats struct {
+	w, w2, sum, squares float64 // weights, squared weights, values, squared values
+	n                   int     // values seen
+}
+
+// add ages the statistics by decay and adds x.
+func (s *ewStats) add(x, decay float64) {
+	s.w = s.w*decay + 1
+	s.w2 = s.w2*decay*decay + 1
+	s.sum = s.sum*decay + x
+	s.squares = s.squares*decay + x*x
+	s.n++
+}
+
+func (s *ewStats) mean() float64 { return s.sum / s.w }
+
+// sd is the weighted standard deviation.
+func (s *ewStats) sd() float64 {
+	m := s.mean()
+	return math.Sqrt(max(s.squares/s.w-m*m, 0))
+}
+
+// se is the standard error of the weighted mean: sd over the square root
+// of the effective number of values (Kish: w²/w2).
+func (s *ewStats) se() float64 { return s.sd() / math.Sqrt(s.w*s.w/s.w2) }
+
+// minNoiseObs is how many iterations the noise needs before it tells.
+const minNoiseObs = 4
 
 // judge classifies an iteration that took seconds where the fit
 // predicted predicted: slow (dir +1) or fast (-1) with its slow-down or
@@ -289,96 +404,65 @@ func (e *Estimator) judge(seconds, predicted float64) (dir int8, factor float64)
 
 // hold adds a slow or fast iteration to the run held out of the fit, and
 // reports whether the run is now a change of speed, which replaces the
-// history with the run.
-func (e *Estimator) hold(o Obs, dir int8, factor, dev, predicted float64) bool {
+// history with the run. It keeps the run's first iteration and its
+// newest Window, and the evidence of all of them.
+func (e *Estimator) hold(o Obs, dir int8, factor, predicted float64) bool {
 	if len(e.held) == 0 || e.heldDir != dir {
-		e.deviated(e.heldDev...)
 		e.clearHeld()
 		e.heldDir = dir
 	}
-	e.held, e.factors, e.heldDev = append(e.held, o), append(e.factors, factor), append(e.heldDev, dev)
 	if factor > 0 {
+		if len(e.held) > 0 {
+			e.heldLeast = min(e.heldLeast, factor)
+		}
+		e.heldLogEvidence += math.Log(factor)
+		e.heldCounted++
 		e.heldSeconds += predicted
+		e.heldMeasured += o.Seconds
+		e.heldSamples += float64(o.Samples)
 	}
+	if len(e.held) > e.Window {
+		e.held = slices.Delete(e.held, 1, 2)
+		e.factors = slices.Delete(e.factors, 1, 2)
+	}
+	e.held, e.factors = append(e.held, o), append(e.factors, factor)
 	need := e.ChangeEvidence
 	if dir < 0 {
 		need = e.SpeedUpEvidence
 	}
-	evidence, counted, least := 1.0, 0, math.Inf(1)
-	for i, f := range e.factors {
-		if f > 0 {
-			evidence *= f
-			counted++
-			if i > 0 {
-				least = min(least, f)
-			}
-		}
-	}
-	if counted < e.ChangeConfirm || evidence < need || e.heldSeconds < e.ChangeMinSeconds {
+	if e.heldCounted < e.ChangeConfirm || e.heldLogEvidence < math.Log(need) ||
+		dir > 0 && e.heldSeconds < e.ChangeMinSeconds {
 		return false
 	}
 	e.obs = e.obs[:0]
 	for i, h := range e.held {
-		if f := e.factors[i]; f > 0 && (i > 0 || f >= least) {
+		if f := e.factors[i]; f > 0 && (i > 0 || f >= e.heldLeast) {
 			e.obs = append(e.obs, h)
 		}
 	}
 	if len(e.obs) > e.Window {
 		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
 	}
-	e.clearHeld() // a change, not noise
+	e.clearHeld()
+	e.dutyWeight, e.dutySamples, e.dutySecs = 0, 0, 0 // a new speed: the old one's record says nothing
+	e.noiseBefore = e.runNoise                        // until the new speed's is measured
+	e.wander, e.ratios = ewStats{}, ewStats{}
 	return true
 }
 
 // clearHeld ends the held run.
 func (e *Estimator) clearHeld() {
-	e.held, e.factors, e.heldDev, e.heldSeconds = e.held[:0], e.factors[:0], e.heldDev[:0], 0
+	e.held, e.factors = e.held[:0], e.factors[:0]
+	e.heldLogEvidence, e.heldCounted, e.heldLeast = 0, 0, math.Inf(1)
+	e.heldSeconds, e.heldMeasured, e.heldSamples = 0, 0, 0
 }
-
-// deviated records iterations' deviations from their predictions, keeping
-// the newest Window.
-func (e *Estimator) deviated(devs ...float64) {
-	e.devs = append(e.devs, devs...)
-	if len(e.devs) > e.Window {
-		e.devs = append(e.devs[:0], e.devs[len(e.devs)-e.Window:]...)
-	}
-}
-
-// minNoiseObs is how many deviations Noise needs before it tells.
-const minNoiseObs = 4
-
-// noisePpm is the recency-weighted median of the recorded deviations, in
-// millionths, 0 with fewer than minNoiseObs. A median, as a spike must
-// not make a steady worker look noisy.
-func (e *Estimator) noisePpm() int64 {
-	n := len(e.devs)
-	if n < minNoiseObs {
-		return 0
-	}
-	order := make([]int, n)
-	var total float64
-	for i := range order {
-		order[i] = i
-		total += e.weight(n, i)
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(e.devs[a], e.devs[b]) })
-	var acc float64
-	for _, i := range order {
-		if acc += e.weight(n, i); acc >= total/2 {
-			return int64(math.Round(e.devs[i] * 1e6))
-		}
-	}
-	return int64(math.Round(e.devs[order[n-1]] * 1e6))
-}
-
-// weight is the recency weight of the i-th of n observations, oldest
-// first: it halves every HalfLife iterations of age.
-func (e *Estimator) weight(n, i int) float64 { return math.Exp2(-float64(n-1-i) / e.HalfLife) }
 
 // Reset forgets every observation; the next is a warm-up again.
 func (e *Estimator) Reset() {
 	e.clearHeld()
-	e.obs, e.devs, e.warmed = e.obs[:0], e.devs[:0], false
+	e.obs, e.warmed = e.obs[:0], false
+	e.dutyWeight, e.dutySamples, e.dutySecs = 0, 0, 0
+	e.wander, e.ratios, e.noiseBefore = ewStats{}, ewStats{}, 0
 }
 
 // Len is the number of observations the fit uses.
@@ -395,8 +479,20 @@ func (e *Estimator) Len() int { return len(e.obs) }
 // fixed cost: seen on a CPU-capped host, 3.17 s + b/13670 per s for a
 // worker that computed 7000 samples in 4 s at about 1800 per s, which
 // the solver took for a worker that could take many more samples.
+//
+// The fit is then scaled by the duty (DefaultDutySeconds), so that its
+// level is the worker's mean speed, slow runs included, and NoisePpm set
+// to how uncertain that is: the larger of the model's wander (the
+// weighted standard deviation of the logarithm of its rate over the same
+// span) and the standard error of the mean of measured over predicted
+// times. Not the spread of single iterations: at iterations under a
+// millisecond that is tens of times wider, and would keep a worker that
+// is slow in half its iterations at the share of a fast one.
 func (e *Estimator) Fit() (Model, bool) {
 	m, ok := e.fit()
+	if d := e.duty(m); ok && d != 1 {
+		m = quantise(m.fixed()*d, m.rate()/d, m.Flat)
+	}
 	m.NoisePpm = e.noisePpm()
 	return m, ok
 }
@@ -414,7 +510,7 @@ func (e *Estimator) fit() (Model, bool) {
 	x, y, w := make([]float64, n), make([]float64, n), make([]float64, n)
 	for i, o := range e.obs {
 		x[i], y[i] = float64(o.Samples), o.Seconds
-		w[i] = e.weight(n, i)
+		w[i] = math.Exp2(-float64(n-1-i) / e.HalfLife)
 	}
 	if n >= 3 {
 		mean, std := stat.MeanStdDev(x, w)

@@ -8,7 +8,7 @@ type Params struct {
 	// moves. Default 0.5.
 	Damping float64
 	// MinGain is the smallest predicted reduction of the iteration time,
-	// relative, for which the shares keep moving. Default 0.02.
+	// relative, for which the shares change at all. Default 0.02.
 	MinGain float64
 	// MaxHalvings bounds how often oscillation halves the step. Default 4
 	// (a sixteenth of Damping).
@@ -29,31 +29,26 @@ func (p Params) withDefaults() Params {
 }
 
 // State is what Step carries from one boundary to the next. Every worker
-// must hold the same State (it travels with the shares to a joiner); the
-// zero value is the start.
+// must hold the same State: each starts from the zero value at every
+// view change, a joiner with them.
 type State struct {
 	// Halvings is how often oscillation has halved the step.
 	Halvings int
 	// Dirs is each worker's last move: -1, 0 or +1.
 	Dirs []int8
-	// Moving says the shares moved at the last step: the next needs
-	// MinGain, not the noise, to move them on.
-	Moving bool
 }
 
 // Step returns the next shares from the current ones: Solve's shares if
 // some worker changed speed (changed, from Estimator.Add), else Damping
-// (halved Halvings times) of the way towards them. Shares at rest start
-// to move only for a predicted gain above the noise of every worker's
-// iterations (Model.NoisePpm; MinGain if larger): a smaller one could not
-// be told from noise by the iterations after it, and each move costs the
-// trainer its buffers. Once moving, they move on until the gain falls
-// below MinGain, so that a damped move does not leave them off balance
-// by up to the noise. A worker whose share moves against its previous
-// move halves the step for the ones after; a move in which no share
-// reverses undoes one halving, so that the early noise of a young fit
-// does not leave the shares creeping for the rest of the run. cur must
-// meet the bounds and sum to B.
+// (halved Halvings times) of the way towards them, or the current ones
+// if Solve predicts a gain below the largest noise of the workers'
+// models (Model.NoisePpm; MinGain if larger): such a gain may be the
+// models' error, and each move costs the trainers their buffers. A
+// worker whose share moves against its previous move halves the step
+// for the ones after; a move in which no share reverses undoes one
+// halving, so that the early noise of a young fit does not leave the
+// shares creeping for the rest of the run. cur must meet the bounds and
+// sum to B.
 func Step(p Params, st State, ws []Worker, cur []int, B int, changed bool) ([]int, State, error) {
 	p = p.withDefaults()
 	if len(st.Dirs) != len(ws) {
@@ -66,15 +61,9 @@ func Step(p Params, st State, ws []Worker, cur []int, B int, changed bool) ([]in
 		return nil, st, err
 	}
 	now, then := Predict(ws, cur), Predict(ws, target)
-	gate := p.MinGain
-	if !st.Moving {
-		gate = max(gate, noise(ws))
-	}
-	if !changed && !(now-then > gate*now) {
-		st.Moving = false
+	if !changed && !(now-then > max(p.MinGain, noise(ws))*now) {
 		return slices.Clone(cur), st, nil
 	}
-	st.Moving = true
 	step := 1.0
 	if changed {
 		st.Halvings = 0
@@ -120,8 +109,8 @@ func sign(v int) int8 {
 	return 0
 }
 
-// noise is the largest of the workers' noise: the iteration time, the
-// slowest worker's, is as noisy as the noisiest.
+// noise is the largest of the workers' noise: the predicted iteration
+// time, the slowest worker's, is as uncertain as the most uncertain.
 func noise(ws []Worker) float64 {
 	var n float64
 	for _, w := range ws {

@@ -330,15 +330,16 @@ func TestStepKeepsSharesForSmallGains(t *testing.T) {
 	}
 }
 
-// TestStepWaitsOutNoise: shares at rest move only for a predicted gain
-// above the noisiest worker's noise; once moving, for one above MinGain.
+// TestStepWaitsOutNoise: shares move only for a predicted gain above
+// the noisiest worker's noise (and MinGain), unless a worker changed
+// speed.
 func TestStepWaitsOutNoise(t *testing.T) {
 	ws := func(noisePpm int64) []Worker { // 5% faster: a 2.5% gain
 		return []Worker{{Model: Model{RateMicro: 105e6}, Min: 1}, {Model: Model{RateMicro: 100e6, NoisePpm: noisePpm}, Min: 1}}
 	}
 	for _, tc := range []struct {
 		noisePpm int64
-		moving   bool
+		changed  bool
 		moves    bool
 	}{
 		{0, false, true},
@@ -346,12 +347,12 @@ func TestStepWaitsOutNoise(t *testing.T) {
 		{30000, false, false},
 		{30000, true, true},
 	} {
-		next, st, err := Step(Params{}, State{Dirs: make([]int8, 2), Moving: tc.moving}, ws(tc.noisePpm), []int{1000, 1000}, 2000, false)
+		next, _, err := Step(Params{}, State{}, ws(tc.noisePpm), []int{1000, 1000}, 2000, tc.changed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if moved := next[0] != 1000; moved != tc.moves || st.Moving != tc.moves {
-			t.Errorf("noise %d ppm, moving %v: shares %v, moving after %v; want a move %v", tc.noisePpm, tc.moving, next, st.Moving, tc.moves)
+		if moved := next[0] != 1000; moved != tc.moves {
+			t.Errorf("noise %d ppm, changed %v: shares %v; want a move %v", tc.noisePpm, tc.changed, next, tc.moves)
 		}
 	}
 }
@@ -526,32 +527,75 @@ func loopbackTrace(t *testing.T) [][]float64 {
 
 // TestStepHoldsStillInLoopbackNoise: 4 workers alike, at the default
 // job's speed and with its measured noise replayed, from 8 starting
-// points. The shares stay put: the median spread (largest share minus
-// smallest) over 700 iterations is at most 16 of 256 (a quarter of B/4),
-// and no estimator sees a change of speed.
+// points of the trace, 700 iterations each. The shares stay near equal:
+// the median spread (largest share minus smallest) over all iterations
+// is at most 16 of 256 (a quarter of B/4), as the issue measures the
+// default job over the rows of 5 runs; they move in at most one
+// iteration in 20; and no estimator sees a change of speed.
 func TestStepHoldsStillInLoopbackNoise(t *testing.T) {
+	const B, iters = 256, 700
 	trace := loopbackTrace(t)
+	var spreads []int
 	for seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			const B = 256
-			s := newSim([]float64{150000, 150000, 150000, 150000}, B, 0)
-			s.trace, s.tracePos = trace, seed*len(trace[0])/seeds
-			var spreads []int
-			moves := 0
-			for range 700 {
-				prev := slices.Clone(s.shares)
-				s.iterate(t)
-				spreads = append(spreads, slices.Max(s.shares)-slices.Min(s.shares))
-				if !slices.Equal(prev, s.shares) {
-					moves++
-				}
+		s := newSim([]float64{150000, 150000, 150000, 150000}, B, 0)
+		s.trace, s.tracePos = trace, seed*len(trace[0])/seeds
+		moves := 0
+		for range iters {
+			prev := slices.Clone(s.shares)
+			s.iterate(t)
+			spreads = append(spreads, slices.Max(s.shares)-slices.Min(s.shares))
+			if !slices.Equal(prev, s.shares) {
+				moves++
 			}
-			slices.Sort(spreads)
-			med := spreads[len(spreads)/2]
-			t.Logf("spread: median %d, largest %d; %d moves; %d changes of speed", med, spreads[len(spreads)-1], moves, s.jumps)
-			if med > B/16 || s.jumps > 0 {
-				t.Fatalf("median spread %d (want at most %d), %d changes of speed (want 0); shares %v", med, B/16, s.jumps, s.shares)
+		}
+		t.Logf("start %d: %d moves, last shares %v", seed, moves, s.shares)
+		if s.jumps > 0 || moves > iters/20 {
+			t.Errorf("start %d: %d changes of speed (want 0), %d moves (want at most %d)", seed, s.jumps, moves, iters/20)
+		}
+	}
+	slices.Sort(spreads)
+	med := spreads[len(spreads)/2]
+	t.Logf("spread: median %d, 90th percentile %d, largest %d", med, spreads[len(spreads)*9/10], spreads[len(spreads)-1])
+	if med > B/16 {
+		t.Fatalf("median spread %d, want at most %d", med, B/16)
+	}
+}
+
+// TestStepChargesBursts: 2 workers alike but for bursts on the second, at
+// iterations of about a millisecond: 3× slower for 40 of every 50
+// iterations (bursts of 0.15 s, too short to be a change of speed), or
+// for 25 of 50, or 2.5× for 100 of 200. The bursty worker's share
+// follows its mean speed, a third to a half of the other's, not its
+// speed between bursts.
+func TestStepChargesBursts(t *testing.T) {
+	for _, tc := range []struct {
+		slow, period int
+		factor       float64
+	}{{40, 50, 3}, {25, 50, 3}, {100, 200, 2.5}} {
+		const B, rate = 512, 200000
+		s := newSim([]float64{rate, rate}, B, 0.02)
+		s.rng = rand.New(rand.NewPCG(1, 2))
+		mean := (float64(tc.slow)*tc.factor + float64(tc.period-tc.slow)) / float64(tc.period)
+		want := float64(B) / (1 + mean) // its share at balance: B·v₁/(v₀+v₁)
+		var late []float64
+		for it := range 3000 {
+			switch it % tc.period {
+			case 0:
+				s.changeSpeed(1, rate/tc.factor)
+			case tc.slow:
+				s.changeSpeed(1, rate)
 			}
-		})
+			s.iterate(t)
+			if it >= 1000 {
+				late = append(late, float64(s.shares[1]))
+			}
+		}
+		slices.Sort(late)
+		got := late[len(late)/2]
+		t.Logf("%d of %d at %v×: share %v, balance %.0f, %d changes of speed", tc.slow, tc.period, tc.factor, got, want, s.jumps)
+		if got > 1.25*want {
+			t.Errorf("%d of %d iterations at %v×: median share %v from iteration 1000, want about %.0f (its mean speed), at most %.0f",
+				tc.slow, tc.period, tc.factor, got, want, 1.25*want)
+		}
 	}
 }
