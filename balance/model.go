@@ -342,12 +342,13 @@ func (e *Estimator) duty(m Model) float64 {
 // noisePpm is how uncertain the published speed is, in millionths: the
 // larger of its wander (the weighted standard deviation of its
 // logarithm) and the standard error of the mean of measured over
-// predicted times that it rests on; before minNoiseObs iterations, the
-// noise before the last change of speed (0 at first).
+// predicted times that it rests on. Before minNoiseObs iterations it is
+// the noise before the last change of speed, or 1e6 (100%: unknown)
+// without one.
 func (e *Estimator) noisePpm() int64 {
 	if e.wander.n < minNoiseObs {
 		if e.noiseBefore == 0 {
-			return 1e6 // unknown: nothing is known yet
+			return 1e6
 		}
 		return e.noiseBefore
 	}
