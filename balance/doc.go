@@ -16,8 +16,8 @@
 //     periods of predicted time, and a speed-up only in iterations
 //     predicted to last that long, which a quota cannot make run at full
 //     speed. A duty, averaged over a second or more, charges shorter
-//     slow runs to the worker, so that its model is its mean speed, and
-//     the noise says how uncertain that model is. Its Model, noise
+//     slow runs (not single spikes) to the worker, so that its model is
+//     its mean speed, and the noise says how uncertain that model is. Its Model, noise
 //     included, is quantised to integers, so that the models every
 //     worker publishes are exact.
 //   - Solve is the decision every worker takes from the same table of

@@ -54,6 +54,14 @@ func (m Model) Seconds(b int) float64 {
 	return m.fixed() + float64(b)/m.rate()
 }
 
+// secondsAt is Seconds of a mean batch b, not a whole number.
+func (m Model) secondsAt(b float64) float64 {
+	if m.Flat {
+		return max(m.fixed(), b/m.rate())
+	}
+	return m.fixed() + b/m.rate()
+}
+
 // share is the most samples that fit in t seconds, unbounded: (t−Fixed)
 // ·Rate, or for a flat model t·Rate once t reaches Fixed, and -Inf below
 // it (no batch is that fast). The explicit float64 conversions keep the
@@ -134,13 +142,15 @@ const (
 	// is a change once its iterations were predicted to take 0.6 s
 	// together, which at a slow-down of k× is 0.6·k s of wall time.
 	DefaultChangeMinSeconds = 0.6
-	// DefaultDutySeconds is the least span, in predicted time, over which
-	// the duty averages: how much longer than the fit the iterations
-	// take, slow runs included, which scales the published model. The
-	// fit follows the iterations between slow runs; the duty charges the
-	// runs to the worker, so one slowed in bursts (a co-tenant that wakes
-	// now and then) gets fewer samples, as its mean speed says. At
-	// iterations of a second, HalfLife iterations are the longer span.
+	// DefaultDutySeconds is the least half-life, in predicted time, of
+	// the duty: how much longer than the fit the iterations take on
+	// average, runs of slow ones that were no change included, which
+	// scales the published model. The fit follows the iterations between
+	// slow runs; the duty charges the runs to the worker, so one slowed
+	// in bursts (a co-tenant that wakes now and then) gets fewer samples,
+	// as its mean speed says. A single slow iteration, a spike, is not
+	// charged. At iterations of a second, HalfLife iterations are the
+	// longer half-life.
 	DefaultDutySeconds = 1.0
 	// minSpread is the smallest relative spread of batch sizes (weighted
 	// standard deviation over mean) that lets the fit separate the fixed
@@ -179,22 +189,19 @@ type Estimator struct {
 	factors []float64 // each held iteration's slow-down (speed-up); 0: it only keeps a fast run going
 	heldDir int8      // +1: the held iterations are slow; -1: fast
 	// The run's evidence: the sum of the logarithms of its factors, how
-	// many count, the least after the first, and their predicted and
-	// measured time.
+	// many count, the least after the first, and their predicted time.
 	heldLogEvidence float64
 	heldCounted     int
 	heldLeast       float64
 	heldSeconds     float64
-	heldMeasured    float64
-	heldSamples     float64
-	// The duty's decayed weight, samples and seconds; the wander of
-	// the logarithm of the published rate, and the measured over
-	// predicted times.
-	dutyWeight, dutySamples, dutySecs float64
-	wander, ratios                    ewStats
-	noiseBefore                       int64 // the noise before the last change of speed
-	runNoise                          int64 // the noise before the held run began
-	warmed                            bool  // the first iteration, a warm-up, has been replaced
+	// The duty's sums, and those of the held run, charged to it if the
+	// run is no change; the wander of the logarithm of the published time
+	// per sample, and the measured over predicted times.
+	dutySums, pending sums
+	wander, ratios    ewStats
+	noiseBefore       knownNoise // the noise before the last change of speed
+	runNoise          int64      // the noise before the held run began
+	warmed            bool       // the first iteration, a warm-up, has been replaced
 }
 
 func (e *Estimator) defaults() {
@@ -241,16 +248,16 @@ func (e *Estimator) defaults() {
 // enough, the worker changed speed: the history is cut to the held
 // iterations, and the next Fit follows the new speed at once, so the
 // shares may jump rather than creep: everyone waits for a straggler, and
-// a worker that got faster idles until the shares move. The first held iteration is dropped too
-// if it is nearer the old speed than every later one: it may have
-// straddled the change. If the next one is not slow (fast), the held
-// iteration was a spike (a collector cycle, a trainer growing its
-// buffers at a larger share, a page-fault storm) and is dropped: fitted,
-// one such iteration at a new batch size set the slope of the fit.
-// Slow runs shorter than ChangeMinSeconds end the same way, out of the
-// fit, but their time is charged to the duty if they had the evidence
-// of a change: at iterations of milliseconds, preemptions come in
-// bursts of tens of them (DefaultChangeMinSeconds).
+// a worker that got faster idles until the shares move. The first held
+// iteration is dropped too if it is nearer the old speed than every
+// later one: it may have straddled the change. If the next one is not
+// slow (fast), the held iteration was a spike (a collector cycle, a
+// trainer growing its buffers at a larger share, a page-fault storm)
+// and is dropped: fitted, one such iteration at a new batch size set
+// the slope of the fit. Longer runs that are no change (too little
+// evidence, or shorter than ChangeMinSeconds: at iterations of
+// milliseconds, preemptions come in bursts of tens of them) stay out of
+// the fit too, but the duty charges their time (DefaultDutySeconds).
 //
 // Speed-ups of iterations predicted shorter than SpeedUpMinSeconds never
 // count: on a CPU-capped host a small share fits in one period's quota
@@ -281,19 +288,9 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	if m, ok := e.fit(); ok {
 		predicted := m.Seconds(o.Samples)
 		dir, factor := e.judge(o.Seconds, predicted)
-		if dir != 0 && (len(e.held) == 0 || e.heldDir != dir) {
-			e.runNoise = e.noisePpm() // should the run be a change
-		}
-		e.track(m, o, predicted, dir == 0)
+		e.account(m, o, predicted, dir)
 		if dir != 0 {
 			return e.hold(o, dir, factor, predicted)
-		}
-		if e.heldDir > 0 && e.heldCounted >= e.ChangeConfirm && e.heldLogEvidence >= math.Log(e.ChangeEvidence) {
-			// A slow run too short to be a change: no new speed, but
-			// time the worker spent, which the duty charges it.
-			e.dutyWeight += float64(e.heldCounted)
-			e.dutySamples += e.heldSamples
-			e.dutySecs += e.heldMeasured
 		}
 	}
 	e.clearHeld()
@@ -304,56 +301,102 @@ func (e *Estimator) Add(o Obs) (changed bool) {
 	return false
 }
 
-// track ages the duty and the wander by an iteration o, where the fit m
-// predicted predicted, and adds it to the duty if fitted: their weights
-// halve every HalfLife iterations or DutySeconds of predicted time,
-// whichever is longer.
-func (e *Estimator) track(m Model, o Obs, predicted float64, fitted bool) {
+// sums are exponentially weighted sums over iterations: their weight,
+// samples, measured seconds and the seconds the fit of the time predicted.
+type sums struct{ weight, samples, seconds, predicted float64 }
+
+func (s *sums) age(decay float64) {
+	s.weight, s.samples, s.seconds, s.predicted = s.weight*decay, s.samples*decay, s.seconds*decay, s.predicted*decay
+}
+
+func (s *sums) add(o sums) {
+	s.weight, s.samples, s.seconds, s.predicted = s.weight+o.weight, s.samples+o.samples, s.seconds+o.seconds, s.predicted+o.predicted
+}
+
+// account adds an iteration o, where the fit m predicted predicted and
+// judge said dir, to the duty and the noise. Their weights halve every
+// HalfLife iterations or DutySeconds of predicted time, whichever is
+// longer. A held iteration waits in pending: it is charged to the duty
+// once its run ends without being a change of speed, and dropped if it
+// is one, as the new speed's history then starts with it.
+func (e *Estimator) account(m Model, o Obs, predicted float64, dir int8) {
 	decay := math.Exp2(-min(1/e.HalfLife, predicted/e.DutySeconds))
-	e.dutyWeight *= decay
-	e.dutySamples *= decay
-	e.dutySecs *= decay
-	if fitted {
-		e.dutyWeight++
-		e.dutySamples += float64(o.Samples)
-		e.dutySecs += o.Seconds
+	e.dutySums.age(decay)
+	e.pending.age(decay)
+	it := sums{1, float64(o.Samples), o.Seconds, predicted}
+	ended := len(e.held) > 0 && dir != e.heldDir
+	switch {
+	case dir == 0:
+		e.dutySums.add(it)
+	case ended:
+		e.runNoise = e.noisePpm() // should the new run be a change
+		e.endRun()
+		e.pending = it
+	case len(e.held) == 0:
+		e.runNoise = e.noisePpm()
+		e.pending = it
+	default:
+		e.pending.add(it)
 	}
-	e.wander.add(math.Log(m.rate()/e.duty(m)), decay)
+	if dir == 0 && len(e.held) > 0 {
+		e.endRun()
+	}
+	d := e.duty(m)
+	ref := float64(o.Samples)
+	if e.dutySums.weight > 0 {
+		ref = e.dutySums.samples / e.dutySums.weight
+	}
+	e.wander.add(math.Log(d*m.secondsAt(ref)/ref), decay)
 	e.ratios.add(o.Seconds/predicted, decay)
 }
 
-// duty is how much longer the duty's iterations took than the fit m
-// predicts for them: 1 with none. Measured against the fit of now, not
-// the fits the iterations met, so that a fit following a new speed is
-// not charged its lag as well.
-func (e *Estimator) duty(m Model) float64 {
-	var predicted float64
-	if m.Flat {
-		predicted = max(m.fixed()*e.dutyWeight, e.dutySamples/m.rate())
-	} else {
-		predicted = m.fixed()*e.dutyWeight + e.dutySamples/m.rate()
+// endRun charges the held run that ended with no change of speed to the
+// duty, unless it was a single iteration: a spike (a collector cycle, a
+// trainer growing its buffers) is a moment, not the worker's speed.
+func (e *Estimator) endRun() {
+	if e.pending.weight > 0 && len(e.held) > 1 {
+		e.dutySums.add(e.pending)
 	}
-	if !(e.dutySecs > 0) || !(predicted > 0) {
+	e.pending = sums{}
+}
+
+// duty is how much longer the duty's iterations took than the fit m
+// predicts for them: 1 with none. On a CPU, measured against the fit of
+// now, not the fits the iterations met, so that a fit following a new
+// speed is not charged its lag as well. A device's flat-then-linear time
+// is not linear in the samples, so its duty is against the predictions
+// the iterations met.
+func (e *Estimator) duty(m Model) float64 {
+	predicted := e.dutySums.predicted
+	if !m.Flat {
+		predicted = m.fixed()*e.dutySums.weight + e.dutySums.samples/m.rate()
+	}
+	if !(e.dutySums.seconds > 0) || !(predicted > 0) {
 		return 1
 	}
-	return e.dutySecs / predicted
+	return e.dutySums.seconds / predicted
 }
 
 // noisePpm is how uncertain the published speed is, in millionths: the
-// larger of its wander (the weighted standard deviation of its
-// logarithm) and the standard error of the mean of measured over
-// predicted times that it rests on. Before minNoiseObs iterations it is
-// the noise before the last change of speed, or 1e6 (100%: unknown)
-// without one.
+// larger of its wander (the weighted standard deviation of the logarithm
+// of its time per sample, at the duty's mean share) and the standard
+// error of the mean of measured over predicted times that it rests on.
+// Before minNoiseObs iterations it is the noise before the last change
+// of speed, or unknownNoisePpm without one.
 func (e *Estimator) noisePpm() int64 {
 	if e.wander.n < minNoiseObs {
-		if e.noiseBefore == 0 {
-			return 1e6
+		if e.noiseBefore.known {
+			return e.noiseBefore.ppm
 		}
-		return e.noiseBefore
+		return unknownNoisePpm
 	}
 	return int64(math.Round(1e6 * max(e.wander.sd(), e.ratios.se()/e.ratios.mean())))
 }
+
+// unknownNoisePpm is the noise of a worker too new to have measured its
+// own: 25%, so that its first models, from a few iterations, move no
+// shares unless they differ widely, as heterogeneous hosts do.
+const unknownNoisePpm = 250000
 
 // ewStats are exponentially weighted statistics of a series.
 type ewStats struct {
@@ -381,6 +424,12 @@ func (s *ewStats) sd() float64 {
 // se is the standard error of the weighted mean: sd over the square root
 // of the effective number of values (Kish: w²/w2).
 func (s *ewStats) se() float64 { return s.sd() / math.Sqrt(s.w*s.w/s.w2) }
+
+// knownNoise is a noise in millionths, if known.
+type knownNoise struct {
+	ppm   int64
+	known bool
+}
 
 // minNoiseObs is how many iterations the noise needs before it tells.
 const minNoiseObs = 4
@@ -419,8 +468,6 @@ func (e *Estimator) hold(o Obs, dir int8, factor, predicted float64) bool {
 		e.heldLogEvidence += math.Log(factor)
 		e.heldCounted++
 		e.heldSeconds += predicted
-		e.heldMeasured += o.Seconds
-		e.heldSamples += float64(o.Samples)
 	}
 	if len(e.held) > e.Window {
 		e.held = slices.Delete(e.held, 1, 2)
@@ -437,7 +484,7 @@ func (e *Estimator) hold(o Obs, dir int8, factor, predicted float64) bool {
 	}
 	e.obs = e.obs[:0]
 	for i, h := range e.held {
-		if f := e.factors[i]; f > 0 && (i > 0 || f >= e.heldLeast) {
+		if f := e.factors[i]; f > 0 && (i > 0 || f >= e.heldLeast || len(e.held) == 1) {
 			e.obs = append(e.obs, h)
 		}
 	}
@@ -445,8 +492,8 @@ func (e *Estimator) hold(o Obs, dir int8, factor, predicted float64) bool {
 		e.obs = append(e.obs[:0], e.obs[len(e.obs)-e.Window:]...)
 	}
 	e.clearHeld()
-	e.dutyWeight, e.dutySamples, e.dutySecs = 0, 0, 0 // a new speed: the old one's record says nothing
-	e.noiseBefore = e.runNoise                        // until the new speed's is measured
+	e.dutySums, e.pending = sums{}, sums{}       // a new speed: the old one's record says nothing
+	e.noiseBefore = knownNoise{e.runNoise, true} // until the new speed's is measured
 	e.wander, e.ratios = ewStats{}, ewStats{}
 	return true
 }
@@ -455,15 +502,15 @@ func (e *Estimator) hold(o Obs, dir int8, factor, predicted float64) bool {
 func (e *Estimator) clearHeld() {
 	e.held, e.factors = e.held[:0], e.factors[:0]
 	e.heldLogEvidence, e.heldCounted, e.heldLeast = 0, 0, math.Inf(1)
-	e.heldSeconds, e.heldMeasured, e.heldSamples = 0, 0, 0
+	e.heldSeconds = 0
 }
 
 // Reset forgets every observation; the next is a warm-up again.
 func (e *Estimator) Reset() {
 	e.clearHeld()
 	e.obs, e.warmed = e.obs[:0], false
-	e.dutyWeight, e.dutySamples, e.dutySecs = 0, 0, 0
-	e.wander, e.ratios, e.noiseBefore = ewStats{}, ewStats{}, 0
+	e.dutySums, e.pending = sums{}, sums{}
+	e.wander, e.ratios, e.noiseBefore = ewStats{}, ewStats{}, knownNoise{}
 }
 
 // Len is the number of observations the fit uses.

@@ -61,7 +61,7 @@ func Step(p Params, st State, ws []Worker, cur []int, B int, changed bool) ([]in
 		return nil, st, err
 	}
 	now, then := Predict(ws, cur), Predict(ws, target)
-	if !changed && !(now-then > max(p.MinGain, noise(ws))*now) {
+	if !changed && !(now-then > max(p.MinGain, noise(ws, cur))*now) {
 		return slices.Clone(cur), st, nil
 	}
 	step := 1.0
@@ -109,12 +109,16 @@ func sign(v int) int8 {
 	return 0
 }
 
-// noise is the largest of the workers' noise: the predicted iteration
-// time, the slowest worker's, is as uncertain as the most uncertain.
-func noise(ws []Worker) float64 {
+// noise is the largest noise of the workers with samples: the
+// predicted iteration time, the slowest worker's, is as uncertain as the
+// most uncertain. A worker without samples measures nothing, and its
+// noise stays as it was.
+func noise(ws []Worker, cur []int) float64 {
 	var n float64
-	for _, w := range ws {
-		n = max(n, w.Model.noise())
+	for i, w := range ws {
+		if cur[i] > 0 {
+			n = max(n, w.Model.noise())
+		}
 	}
 	return n
 }
