@@ -48,10 +48,7 @@ func (m Model) Seconds(b int) float64 {
 	if b <= 0 {
 		return 0
 	}
-	if m.Flat {
-		return max(m.fixed(), float64(b)/m.rate())
-	}
-	return m.fixed() + float64(b)/m.rate()
+	return m.secondsAt(float64(b))
 }
 
 // secondsAt is Seconds of a mean batch b, not a whole number.
@@ -324,22 +321,16 @@ func (e *Estimator) account(m Model, o Obs, predicted float64, dir int8) {
 	e.dutySums.age(decay)
 	e.pending.age(decay)
 	it := sums{1, float64(o.Samples), o.Seconds, predicted}
-	ended := len(e.held) > 0 && dir != e.heldDir
 	switch {
 	case dir == 0:
 		e.dutySums.add(it)
-	case ended:
-		e.runNoise = e.noisePpm() // should the new run be a change
 		e.endRun()
-		e.pending = it
-	case len(e.held) == 0:
-		e.runNoise = e.noisePpm()
+	case len(e.held) == 0 || dir != e.heldDir: // a new run
+		e.endRun()
+		e.runNoise = e.noisePpm() // should the run be a change
 		e.pending = it
 	default:
 		e.pending.add(it)
-	}
-	if dir == 0 && len(e.held) > 0 {
-		e.endRun()
 	}
 	d := e.duty(m)
 	ref := float64(o.Samples)
@@ -350,9 +341,10 @@ func (e *Estimator) account(m Model, o Obs, predicted float64, dir int8) {
 	e.ratios.add(o.Seconds/predicted, decay)
 }
 
-// endRun charges the held run that ended with no change of speed to the
-// duty, unless it was a single iteration: a spike (a collector cycle, a
-// trainer growing its buffers) is a moment, not the worker's speed.
+// endRun charges the held run, if any, that ended with no change of
+// speed to the duty, unless it was a single iteration: a spike (a
+// collector cycle, a trainer growing its buffers) is a moment, not the
+// worker's speed.
 func (e *Estimator) endRun() {
 	if e.pending.weight > 0 && len(e.held) > 1 {
 		e.dutySums.add(e.pending)
