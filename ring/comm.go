@@ -242,23 +242,26 @@ type Comm struct {
 	silent      atomic.Int32 // the member the watchdog found silent
 	op          op
 	ctx         *opCtx
+	sendBuffer  int  // transport.SendBufferer's, 0 if it has none: then no collective runs inline
+	clean       bool // the last collective succeeded: no leftovers may fill the send buffers
 	shut        bool
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
-	watchc  chan watchReq
-	endc    chan struct{} // the collective ended; to the watchdog
-	closing chan struct{} // closed first by Close: cancels the collective
-	quit    chan struct{} // closed by Close under mu: goroutines exit
-	once    sync.Once
-	wg      sync.WaitGroup
+	// deadline ends a collective at its timeout; deadlineFired carries
+	// a token from its callback.
+	deadline      *time.Timer
+	deadlineFired chan struct{}
+	quit          chan struct{} // closed by Close under mu: goroutines exit
+	once          sync.Once
+	wg            sync.WaitGroup
 }
 
 // NewComm returns a communicator for cfg over t. The caller has already
 // connected t to every other member: which of them a rank sends data to
 // depends on the algorithm (the ring's right neighbour, recursive
-// doubling's partners), and abort markers go to all of them. It starts two
-// goroutines, which Close stops.
+// doubling's partners), and abort markers go to all of them. It starts a
+// goroutine, and one more with Liveness, which Close stops.
 func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if t == nil {
 		return nil, invalid("nil transport")
@@ -269,31 +272,37 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	cfg = cfg.withDefaults()
 	n := len(cfg.Members)
 	c := &Comm{
-		t:         t,
-		cfg:       cfg,
-		members:   cfg.Members,
-		plans:     planCache{order: cfg.Order},
-		log:       cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
-		bw:        max(cfg.InitialBandwidth, minBandwidth),
-		dirty:     make([]bool, n),
-		toldStale: make([]uint64, n),
-		ctx:       newOpCtx(),
-		sendc:     make(chan struct{}),
-		sendFin:   make(chan struct{}, 1),
-		watchc:    make(chan watchReq),
-		endc:      make(chan struct{}),
-		closing:   make(chan struct{}),
-		quit:      make(chan struct{}),
+		t:             t,
+		cfg:           cfg,
+		members:       cfg.Members,
+		plans:         planCache{order: cfg.Order},
+		log:           cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
+		bw:            max(cfg.InitialBandwidth, minBandwidth),
+		dirty:         make([]bool, n),
+		toldStale:     make([]uint64, n),
+		ctx:           newOpCtx(),
+		sendc:         make(chan struct{}),
+		sendFin:       make(chan struct{}, 1),
+		deadlineFired: make(chan struct{}, 1),
+		quit:          make(chan struct{}),
 	}
 	// A new Comm may share its transport with an older one that failed, so
 	// every peer may have leftovers queued until proven otherwise.
 	for i := range c.dirty {
 		c.dirty[i] = true
 	}
+	if sb, ok := t.(transport.SendBufferer); ok {
+		c.sendBuffer = max(sb.SendBuffer(), 0)
+	}
 	c.op = op{c: c, sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
-	c.wg.Add(2)
+	c.deadline = time.AfterFunc(time.Hour, c.onDeadline)
+	c.deadline.Stop()
+	c.wg.Add(1)
 	go c.sender()
-	go c.watchdog()
+	if cfg.Liveness != nil {
+		c.wg.Add(1)
+		go c.watchdog()
+	}
 	return c, nil
 }
 
@@ -350,14 +359,14 @@ func checkOrder(order []int, n int) error {
 // idempotent and does not close the transport.
 func (c *Comm) Close() error {
 	c.once.Do(func() {
-		close(c.closing)
+		// Ends the collective in progress, and the Done channel the
+		// transports may be watching.
+		c.ctx.shutdown(ErrClosed)
 		c.mu.Lock()
 		c.shut = true
 		close(c.quit)
 		c.mu.Unlock()
 		c.wg.Wait()
-		// Ends the Done channel the transports may be watching.
-		c.ctx.cancel(ErrClosed)
 	})
 	return nil
 }
@@ -598,6 +607,10 @@ type planEntry struct {
 	// maxSend is the longest send in elements: the scratch a compressed
 	// send encodes into.
 	maxSend int
+	// peerSendElems and peerSendMsgs bound what the plan sends to any one
+	// peer, in elements and messages: what must fit the transport's send
+	// buffer for the plan to run inline.
+	peerSendElems, peerSendMsgs int
 }
 
 // planCache keeps the last few plans. A training loop reuses a handful of
@@ -643,8 +656,13 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 	for _, x := range p.Recvs {
 		e.maxRecv = max(e.maxRecv, x.Len)
 	}
+	elems, msgs := map[int]int{}, map[int]int{}
 	for _, x := range p.Sends {
 		e.maxSend = max(e.maxSend, x.Len)
+		elems[x.Peer] += x.Len
+		msgs[x.Peer]++
+		e.peerSendElems = max(e.peerSendElems, elems[x.Peer])
+		e.peerSendMsgs = max(e.peerSendMsgs, msgs[x.Peer])
 	}
 	pc.keys[pc.next], pc.entries[pc.next] = k, e
 	pc.next = (pc.next + 1) % planCacheSize

@@ -16,10 +16,15 @@ import (
 
 // This file is the executor: it runs one Plan over a transport.Transport as
 // Plan's documentation describes. The receive walker runs on the caller's
-// goroutine, the send walker on a goroutine the Comm keeps, and a third
-// kept goroutine (the watchdog) enforces the collective timeout, the
-// members' liveness and the caller's context. All three exchange only preallocated values over channels, so a
-// collective in steady state allocates nothing.
+// goroutine and the send walker on a goroutine the Comm keeps; a plan
+// small enough for the transport's send buffer runs both on the caller's
+// goroutine (walkInline). The collective's deadline and the caller's
+// context end the op context through callbacks registered once
+// (time.AfterFunc, context.AfterFunc), and a kept watchdog goroutine
+// checks the members' liveness, so that a collective starts and ends
+// without waking any other goroutine. The goroutines exchange only
+// preallocated values over channels, so a collective in steady state
+// allocates nothing.
 
 // Internal causes of an op context's cancellation. They never reach the
 // caller: run translates them.
@@ -34,13 +39,27 @@ var (
 // from one collective to the next, and so is its Done channel as long as it
 // was not cancelled: creating a context per collective would allocate, and
 // the transports register context.AfterFunc once per distinct Done channel,
-// which allocates too. A cancelled opCtx gets a fresh channel on reset.
+// which allocates too. A cancelled opCtx gets a fresh channel on begin.
+//
+// It follows the caller's context through one context.AfterFunc per
+// distinct parent Done channel, registered on first use and kept while
+// later collectives pass the same parent, which a training loop does.
 type opCtx struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
 	parent   context.Context
 	deadline time.Time
+	// active is set from begin to end: only then may a cancellation
+	// land. gen counts begins, so that a check made during one
+	// collective cannot cancel the next (cancelGen).
+	active bool
+	gen    uint64
+	closed bool // shutdown ran: every later collective starts ended
+	// regDone is the parent Done channel the callback watches, stopReg
+	// its stop function.
+	regDone <-chan struct{}
+	stopReg func() bool
 }
 
 func newOpCtx() *opCtx {
@@ -80,27 +99,91 @@ func (c *opCtx) Value(key any) any { return nil }
 func (c *opCtx) cancel(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.cancelLocked(err)
+}
+
+func (c *opCtx) cancelLocked(err error) {
 	if c.err == nil {
 		c.err = err
 		close(c.done)
 	}
 }
 
-// reset readies the context for the next collective.
-func (c *opCtx) reset(parent context.Context, deadline time.Time) {
+// begin readies the context for a collective under parent that must end
+// by deadline, and returns its generation.
+func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
+	c.active = true
+	c.parent, c.deadline = parent, deadline
+	if c.closed {
+		return c.gen // ended for good by shutdown
+	}
 	if c.err != nil {
 		c.done = make(chan struct{})
 		c.err = nil
 	}
-	c.parent, c.deadline = parent, deadline
+	if pd := parent.Done(); pd != nil && pd != c.regDone {
+		if c.stopReg != nil {
+			c.stopReg()
+		}
+		c.regDone = pd
+		c.stopReg = context.AfterFunc(parent, func() { c.parentDone(pd) })
+	}
+	// A parent that ended between collectives fired its callback while
+	// none was active.
+	if err := parent.Err(); err != nil {
+		c.cancelLocked(err)
+	}
+	return c.gen
 }
 
-// watchReq starts the watchdog on one collective.
-type watchReq struct {
-	parent  context.Context
-	timeout time.Duration
+// end marks the collective over: later cancellations wait for the next.
+func (c *opCtx) end() {
+	c.mu.Lock()
+	c.active = false
+	c.mu.Unlock()
+}
+
+// parentDone is the callback on the parent whose Done channel is pd.
+func (c *opCtx) parentDone(pd <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active && c.parent.Done() == pd {
+		c.cancelLocked(c.parent.Err())
+	}
+}
+
+// activeGen returns the generation of the collective in progress, if
+// one is.
+func (c *opCtx) activeGen() (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen, c.active
+}
+
+// cancelGen ends the context with err if collective gen is still in
+// progress.
+func (c *opCtx) cancelGen(gen uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active && c.gen == gen {
+		c.cancelLocked(err)
+	}
+}
+
+// shutdown ends the collective in progress, if any, and every later one
+// with err, and drops the parent callback.
+func (c *opCtx) shutdown(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.cancelLocked(err)
+	if c.stopReg != nil {
+		c.stopReg()
+		c.stopReg, c.regDone = nil, nil
+	}
 }
 
 // op is the state of the collective in progress, shared by the walkers.
@@ -176,94 +259,130 @@ func (o *op) waitSends(after int) error {
 
 // walkSends runs the plan's sends in order.
 func (o *op) walkSends() error {
-	c := o.c
-	p := o.plan
-	for i := range p.Sends {
-		x := &p.Sends[i]
-		if err := o.waitRecvs(x.After); err != nil {
+	for i := range o.plan.Sends {
+		if err := o.sendOne(&o.plan.Sends[i]); err != nil {
 			return err
 		}
-		h := o.hdr
-		h.Step, h.Chunk = uint32(x.Step), uint32(x.Chunk)
-		payload := o.data[x.Off*o.es : x.End()*o.es]
-		if o.codec != nil {
-			var err error
-			if payload, err = o.encodeSend(x); err != nil {
-				return err
-			}
-		}
-		if err := c.t.Send(c.ctx, c.members[x.Peer], c.cfg.Channel, h, payload); err != nil {
-			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
-				return ce
-			}
-			return fmt.Errorf("ring: %v seq %d: send to %s (rank %d): %w",
-				p.Algo, o.hdr.Seq, c.members[x.Peer], x.Peer, err)
-		}
-		o.sent.Add(1)
-		wake(o.sendWake)
 	}
 	return nil
 }
 
-// walkRecvs runs the plan's receives in order.
-func (o *op) walkRecvs() error {
+// sendOne runs one send once the receive it forwards has completed.
+func (o *op) sendOne(x *Xfer) error {
 	c := o.c
-	p := o.plan
-	for j := range p.Recvs {
-		x := &p.Recvs[j]
-		if o.codec != nil {
-			o.waiting = x.Peer
-			if err := o.recvCompressed(x); err != nil {
-				return err
-			}
-			o.recvd.Add(1)
-			wake(o.recvWake)
-			continue
-		}
-		span := o.data[x.Off*o.es : x.End()*o.es]
-		// Overwriting receives go straight into the buffer, unless leftovers
-		// of an aborted collective may still be queued from the peer: a
-		// stale message must not overwrite data a send has yet to read.
-		direct := !x.Reduce && !c.dirty[x.Peer]
-		buf := span
-		if !direct {
-			buf = o.scratch[:len(span)]
-		}
-		if direct && x.After >= 0 {
-			// Receiving writes the span at once: first let the earlier send
-			// that read it return.
-			if err := o.waitSends(x.After); err != nil {
-				return err
-			}
-		}
-		o.waiting = x.Peer
-		if err := o.recv(x, buf); err != nil {
+	if err := o.waitRecvs(x.After); err != nil {
+		return err
+	}
+	h := o.hdr
+	h.Step, h.Chunk = uint32(x.Step), uint32(x.Chunk)
+	payload := o.data[x.Off*o.es : x.End()*o.es]
+	if o.codec != nil {
+		var err error
+		if payload, err = o.encodeSend(x); err != nil {
 			return err
 		}
-		switch {
-		case x.Reduce:
-			// The message is off the transport; only now wait for the send
-			// that still reads the span, else recursive doubling deadlocks.
-			if err := o.waitSends(x.After); err != nil {
+	}
+	if err := c.t.Send(c.ctx, c.members[x.Peer], c.cfg.Channel, h, payload); err != nil {
+		if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
+			return ce
+		}
+		return fmt.Errorf("ring: %v seq %d: send to %s (rank %d): %w",
+			o.plan.Algo, o.hdr.Seq, c.members[x.Peer], x.Peer, err)
+	}
+	o.sent.Add(1)
+	wake(o.sendWake)
+	return nil
+}
+
+// walkInline runs the plan's sends and receives on this goroutine: each
+// send as soon as the receive it forwards has completed, otherwise the
+// next receive. It is the two walkers' schedule with sends that never
+// block, so it needs a transport that buffers everything the plan sends to
+// a peer (inlineBytes); a Reduce receive's wait for its send then never
+// waits, since that send depends only on earlier receives.
+func (o *op) walkInline() error {
+	p := o.plan
+	i := 0
+	for j := 0; ; j++ {
+		for ; i < len(p.Sends) && p.Sends[i].After < j; i++ {
+			if err := o.sendOne(&p.Sends[i]); err != nil {
 				return err
 			}
-			if err := kernels.ReduceBytes(o.kdt, o.kop, span, buf); err != nil {
-				return fmt.Errorf("ring: reduce: %w", err)
-			}
-			if x.Final && o.scale != 0 {
-				if err := kernels.ScaleBytes(o.kdt, span, o.scale); err != nil {
-					return fmt.Errorf("ring: scale: %w", err)
-				}
-			}
-		case !direct:
-			if err := o.waitSends(x.After); err != nil {
-				return err
-			}
-			copy(span, buf)
+		}
+		if j == len(p.Recvs) {
+			return nil
+		}
+		if err := o.recvOne(&p.Recvs[j]); err != nil {
+			return err
+		}
+	}
+}
+
+// walkRecvs runs the plan's receives in order.
+func (o *op) walkRecvs() error {
+	for j := range o.plan.Recvs {
+		if err := o.recvOne(&o.plan.Recvs[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvOne runs one receive, and its reduction or copy into the buffer.
+func (o *op) recvOne(x *Xfer) error {
+	c := o.c
+	if o.codec != nil {
+		o.waiting = x.Peer
+		if err := o.recvCompressed(x); err != nil {
+			return err
 		}
 		o.recvd.Add(1)
 		wake(o.recvWake)
+		return nil
 	}
+	span := o.data[x.Off*o.es : x.End()*o.es]
+	// Overwriting receives go straight into the buffer, unless leftovers
+	// of an aborted collective may still be queued from the peer: a
+	// stale message must not overwrite data a send has yet to read.
+	direct := !x.Reduce && !c.dirty[x.Peer]
+	buf := span
+	if !direct {
+		buf = o.scratch[:len(span)]
+	}
+	if direct && x.After >= 0 {
+		// Receiving writes the span at once: first let the earlier send
+		// that read it return.
+		if err := o.waitSends(x.After); err != nil {
+			return err
+		}
+	}
+	o.waiting = x.Peer
+	if err := o.recv(x, buf); err != nil {
+		return err
+	}
+	switch {
+	case x.Reduce:
+		// The message is off the transport; only now wait for the send
+		// that still reads the span, else recursive doubling deadlocks.
+		if err := o.waitSends(x.After); err != nil {
+			return err
+		}
+		if err := kernels.ReduceBytes(o.kdt, o.kop, span, buf); err != nil {
+			return fmt.Errorf("ring: reduce: %w", err)
+		}
+		if x.Final && o.scale != 0 {
+			if err := kernels.ScaleBytes(o.kdt, span, o.scale); err != nil {
+				return fmt.Errorf("ring: scale: %w", err)
+			}
+		}
+	case !direct:
+		if err := o.waitSends(x.After); err != nil {
+			return err
+		}
+		copy(span, buf)
+	}
+	o.recvd.Add(1)
+	wake(o.recvWake)
 	return nil
 }
 
@@ -418,56 +537,35 @@ func (c *Comm) sender() {
 	}
 }
 
-// watchdog ends the collective in progress when its timeout passes, a
-// member falls silent (with Config.Liveness), its caller's context ends or
-// the Comm closes. Its timer and ticker are made once and reset per
-// collective, so a collective allocates nothing here.
+// watchdog ends the collective in progress when a member falls silent
+// (Config.Liveness), checking every livenessPeriod whether one is under
+// way. It runs only with Liveness.
 func (c *Comm) watchdog() {
 	defer c.wg.Done()
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	tick := time.NewTicker(time.Hour)
-	tick.Stop()
+	tick := time.NewTicker(c.livenessPeriod())
 	defer tick.Stop()
-	var ticks <-chan time.Time
-	if c.cfg.Liveness != nil {
-		ticks = tick.C
-	}
 	for {
-		var req watchReq
 		select {
-		case req = <-c.watchc:
+		case now := <-tick.C:
+			gen, active := c.ctx.activeGen()
+			if !active {
+				continue
+			}
+			if r := c.silentMember(now); r >= 0 {
+				c.silent.Store(int32(r))
+				c.ctx.cancelGen(gen, errSilent)
+			}
 		case <-c.quit:
 			return
 		}
-		t.Reset(req.timeout)
-		if ticks != nil {
-			tick.Reset(c.livenessPeriod())
-		}
-		parent, closing := req.parent.Done(), c.closing
-	wait:
-		for {
-			select {
-			case <-parent:
-				c.ctx.cancel(req.parent.Err())
-				parent = nil
-			case <-t.C:
-				c.ctx.cancel(errDeadline)
-			case now := <-ticks:
-				if r := c.silentMember(now); r >= 0 {
-					c.silent.Store(int32(r))
-					c.ctx.cancel(errSilent)
-				}
-			case <-closing:
-				c.ctx.cancel(ErrClosed)
-				closing = nil
-			case <-c.endc:
-				break wait
-			}
-		}
-		t.Stop()
-		tick.Stop()
 	}
+}
+
+// onDeadline is the deadline timer's callback: it ends the collective
+// in progress (run waits for it before the next begins).
+func (c *Comm) onDeadline() {
+	c.ctx.cancel(errDeadline)
+	c.deadlineFired <- struct{}{}
 }
 
 // livenessPeriod is how often the watchdog checks the members' liveness:
@@ -544,14 +642,20 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		return err
 	}
 	start := time.Now()
-	c.ctx.reset(ctx, start.Add(o.timeout))
-	c.watchc <- watchReq{parent: ctx, timeout: o.timeout}
+	c.ctx.begin(ctx, start.Add(o.timeout))
+	c.deadline.Reset(o.timeout)
 
-	sends := len(e.plan.Sends) > 0
+	inline := c.inline(e, wes)
+	sends := len(e.plan.Sends) > 0 && !inline
 	if sends {
 		c.sendc <- struct{}{}
 	}
-	rerr := o.walkRecvs()
+	var rerr error
+	if inline {
+		rerr = o.walkInline()
+	} else {
+		rerr = o.walkRecvs()
+	}
 	if rerr == nil {
 		o.waiting = -1
 	}
@@ -573,7 +677,10 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		}
 		serr = o.sendErr
 	}
-	c.endc <- struct{}{}
+	if !c.deadline.Stop() {
+		<-c.deadlineFired // the callback ran or runs: let it finish first
+	}
+	c.ctx.end()
 
 	err := rerr
 	if err == nil || errors.Is(err, errSendFailed) || errors.Is(err, errStopped) {
@@ -581,6 +688,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 			err = serr
 		}
 	}
+	c.clean = err == nil
 	if err == nil {
 		c.observe(wireBytes, time.Since(start))
 		return nil
@@ -588,6 +696,27 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	err = c.translate(err, o)
 	c.fail(o, err)
 	return err
+}
+
+// inlineMax caps inline collectives whatever the transport buffers: the
+// two walkers overlap a larger plan's sends with its receives, and
+// inline sends would serialise them.
+const inlineMax = 64 << 10
+
+// inline reports whether plan e, with wes bytes per element on the wire,
+// runs on the caller's goroutine alone (walkInline). What it sends to any
+// one peer must fit half the transport's send buffer, since nothing
+// drains it until the peer gets to it; the other half is for leftovers.
+// Those exist only after a failure (a collective cut off mid-way leaves
+// its messages queued until the peer's next receive from this rank
+// discards them), so the collective after a failure, and a new Comm's
+// first, which may share the transport with one that failed, run with
+// both walkers.
+func (c *Comm) inline(e *planEntry, wes int) bool {
+	if !c.clean || c.sendBuffer == 0 || len(e.plan.Sends) == 0 {
+		return false
+	}
+	return e.peerSendElems*wes+e.peerSendMsgs*wire.FrameHeaderSize <= min(c.sendBuffer/2, inlineMax)
 }
 
 // translate turns the op context's internal causes into the errors callers
@@ -629,6 +758,7 @@ func (c *Comm) translate(err error, o *op) error {
 // concurrently: a stopped peer's full buffers would otherwise hold back
 // the markers to the live ones until abortSendTimeout.
 func (c *Comm) fail(o *op, err error) {
+	c.clean = false
 	for i := range c.dirty {
 		c.dirty[i] = true
 	}

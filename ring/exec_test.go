@@ -620,6 +620,56 @@ func TestBandwidthEstimate(t *testing.T) {
 	}
 }
 
+// TestTimeoutRearms checks that the deadline of a collective that timed
+// out ends no later one, and that every collective gets its own.
+func TestTimeoutRearms(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	cl := newCluster(t, 2, func(c *Config) { c.CollectiveTimeout = timeout })
+	for round := range 2 {
+		// Rank 1 does not join: rank 0 times out.
+		start := time.Now()
+		err := AllReduce(t.Context(), cl.comms[0], wire.OpSum, make([]float32, 10))
+		if d := time.Since(start); !errors.Is(err, ErrTimeout) || d < timeout {
+			t.Fatalf("round %d: got %v after %v, want ErrTimeout after %v", round, err, d, timeout)
+		}
+		// Rank 1 now runs the collective rank 0 gave up on (rank 0's data
+		// and abort marker are queued, so either outcome is right); then
+		// both run collectives in step, together longer than the timeout
+		// but each well within it.
+		_ = AllReduce(t.Context(), cl.comms[1], wire.OpSum, make([]float32, 10))
+		for range 5 {
+			time.Sleep(timeout / 4)
+			mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+				return AllReduce(t.Context(), c, wire.OpSum, make([]float32, 10))
+			}))
+		}
+	}
+}
+
+// TestCancelReusedParent checks that a context passed to earlier
+// collectives still cancels a later one: the Comm watches each parent
+// once, not once per collective.
+func TestCancelReusedParent(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range 3 {
+		mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+			return AllReduce(ctx, c, wire.OpSum, make([]float32, 10))
+		}))
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+	}()
+	if err := AllReduce(ctx, cl.comms[0], wire.OpSum, make([]float32, 10)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if err := AllReduce(ctx, cl.comms[0], wire.OpSum, make([]float32, 10)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with the parent already cancelled: got %v, want context.Canceled", err)
+	}
+}
+
 func TestCancel(t *testing.T) {
 	cl := newCluster(t, 2, nil)
 	ctx, cancel := context.WithCancel(t.Context())

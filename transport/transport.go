@@ -112,6 +112,18 @@ type Forgetter interface {
 	Forget(peer PeerID)
 }
 
+// SendBufferer is implemented by transports whose Send returns before the
+// peer receives, as long as the messages sent to it on one channel and
+// not yet received hold at most SendBuffer bytes, payloads and
+// wire.FrameHeaderSize per message together. The ring then runs a small
+// collective's sends and receives on one goroutine: each hand-off between
+// goroutines costs a scheduler wake-up, which is most of a small
+// message's time on a busy machine. Overstating it deadlocks small
+// collectives until their timeout.
+type SendBufferer interface {
+	SendBuffer() int
+}
+
 // Reopener is implemented by transports whose channels are streams that
 // a cancelled receive can leave out of step (transport.Transport.Recv).
 // Reopen closes this side's streams of ch to peer, if any are open: the

@@ -3,6 +3,7 @@ package mem
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -79,6 +80,10 @@ func (t *Transport) Connect(ctx context.Context, peer transport.PeerID, addr str
 	defer t.net.mu.Unlock()
 	return t.net.connectLocked(t, peer, addr)
 }
+
+// SendBuffer is unbounded (transport.SendBufferer): Send queues a copy
+// and never waits for the receiver.
+func (t *Transport) SendBuffer() int { return math.MaxInt }
 
 // Send copies payload into the receiver's queue and returns without
 // waiting for the receiver; the caller may reuse payload at once. A message

@@ -115,6 +115,12 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
+// SendBuffer is what a connection holds unreceived without blocking a
+// write (transport.SendBufferer): Linux gives a socket 16 KiB of send
+// buffer before autotuning grows it (net.ipv4.tcp_wmem), and the peer's
+// receive window is larger still.
+func (t *Transport) SendBuffer() int { return streams.SendBuffer }
+
 // Reopen makes the next Send to peer on ch open new streams
 // (transport.Reopener).
 func (t *Transport) Reopen(peer transport.PeerID, ch transport.Channel) { t.core.Reopen(peer, ch) }

@@ -23,6 +23,11 @@ const helloTimeout = 5 * time.Second
 // unread streams rather than piling up connections.
 const maxGens = 4
 
+// SendBuffer is the bytes of messages, frame headers included, that the
+// tcp and quic transports promise to hold unreceived on one (peer,
+// channel) without blocking a Send (transport.SendBufferer).
+const SendBuffer = 16 << 10
+
 // errSuperseded is why streams evicted by newer ones were closed.
 var errSuperseded = errors.New("streams superseded by newer ones from the same peer")
 
