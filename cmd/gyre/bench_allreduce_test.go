@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -159,5 +160,28 @@ func TestBenchAllReduceFlags(t *testing.T) {
 				t.Fatalf("Compress = %v, want %v", o.Compress, tc.want)
 			}
 		})
+	}
+}
+
+// TestProfilesPerWorker checks that the profile flags of a launching
+// command reach every worker, each writing its own file, and that the
+// launcher writes none.
+func TestProfilesPerWorker(t *testing.T) {
+	dir := t.TempDir()
+	cpu, trace := filepath.Join(dir, "cpu"), filepath.Join(dir, "trace")
+	_, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "--cpu-profile", cpu, "--exec-trace", trace,
+		"bench", "allreduce", "-n", "2", "--transport", "tcp", "--insecure", "--sizes", "4K", "--iters", "3", "-w", "1")
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	for _, f := range []string{cpu + ".0", cpu + ".1", trace + ".0", trace + ".1"} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: want a non-empty profile, got %v", filepath.Base(f), err)
+		}
+	}
+	for _, f := range []string{cpu, trace} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("the launcher wrote %s itself", filepath.Base(f))
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/internal/prof"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -29,6 +30,7 @@ var launchSets = []string{
 	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvKeyFile, gyre.EnvKey,
 	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
 	gyre.EnvGossipTiming, gyre.EnvLogLevel, gyre.EnvLogFormat,
+	prof.EnvCPU, prof.EnvBlock, prof.EnvTrace,
 }
 
 func newLaunchCmd(c *cli) *cobra.Command {
@@ -140,21 +142,25 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	}
 	defer cleanup()
 	base = base.WithDefaults()
-	logs := c.workerLogs(cmd.ErrOrStderr())
+	extra := c.workerLogs(cmd.ErrOrStderr())
 	insecure := map[bool]string{true: " (insecure)"}[base.Insecure]
 	var (
 		env   func(int) []string
 		ready func(context.Context) error
 	)
 	if j.static {
-		env = rankEnv(c.env.environ(), base, keyPath, logs, staticEnv(peers))
+		env = rankEnv(c.env.environ(), base, keyPath, extra, staticEnv(peers))
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, static peers %s, key file %s\n",
 			j.n, base.Transport, insecure, strings.Join(peers, ","), keyDesc(keyPath, j.keyFile))
 	} else {
-		env = rankEnv(c.env.environ(), base, keyPath, logs, gossipEnv(peers, gossip))
+		env = rankEnv(c.env.environ(), base, keyPath, extra, gossipEnv(peers, gossip))
 		ready = listening(gossip[0])
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, seed %s, key file %s\n",
 			j.n, base.Transport, insecure, gossip[0], keyDesc(keyPath, j.keyFile))
+	}
+	if c.prof.Any() {
+		viewEnv := env
+		env = func(i int) []string { return append(viewEnv(i), c.prof.WorkerEnv(i)...) }
 	}
 	err = launch.Run(cmd.Context(), launch.Options{
 		N: j.n, Argv: argv, Env: env,
@@ -294,9 +300,9 @@ func keyDesc(path, given string) string {
 }
 
 // rankEnv returns each rank's environment: the parent's, without the
-// variables launch sets, plus the job's settings, the log settings and
-// the rank's view settings from view.
-func rankEnv(parent []string, cfg gyre.Config, keyPath string, logs []string, view func(int) []string) func(int) []string {
+// variables launch sets, plus the job's settings, extra (the log
+// settings) and the rank's view settings from view.
+func rankEnv(parent []string, cfg gyre.Config, keyPath string, extra []string, view func(int) []string) func(int) []string {
 	var keep []string
 	for _, kv := range parent {
 		name, _, _ := strings.Cut(kv, "=")
@@ -305,7 +311,7 @@ func rankEnv(parent []string, cfg gyre.Config, keyPath string, logs []string, vi
 		}
 	}
 	return func(r int) []string {
-		env := append(slices.Clone(keep), logs...)
+		env := append(slices.Clone(keep), extra...)
 		env = append(env,
 			gyre.EnvLocalRank+"="+strconv.Itoa(r),
 			gyre.EnvTransport+"="+cfg.Transport,

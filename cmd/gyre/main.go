@@ -16,7 +16,9 @@ func main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go onSignals(sigs, cancel)
-	err := newRootCmd(osEnv()).ExecuteContext(ctx)
+	c := &cli{env: osEnv()}
+	err := newRoot(c).ExecuteContext(ctx)
+	err = errors.Join(err, c.stopProfiles())
 	signal.Stop(sigs)
 	cancel()
 	if err != nil {

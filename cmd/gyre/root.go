@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/prof"
 )
 
 // env is what the commands may learn from the process: its environment and
@@ -33,10 +34,16 @@ type cli struct {
 	// that launch can tell the user's level from the default.
 	logLevelSet bool
 	log         zerolog.Logger
+	// prof names the Go profiles to write: this process's, or, for a
+	// command that launches workers, each worker's with its index appended.
+	prof     prof.Files
+	stopProf func() error
 }
 
-func newRootCmd(e env) *cobra.Command {
-	c := &cli{env: e}
+func newRootCmd(e env) *cobra.Command { return newRoot(&cli{env: e}) }
+
+func newRoot(c *cli) *cobra.Command {
+	e := c.env
 	root := &cobra.Command{
 		Use:   "gyre",
 		Short: "Gyre: data-parallel training collectives with no parameter server",
@@ -67,13 +74,46 @@ func newRootCmd(e env) *cobra.Command {
 			}
 			c.log = log
 			cmd.SilenceUsage = true
-			return nil
+			return c.startProfiles(cmd)
 		},
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (gyre train and launch's workers: warn unless given)")
 	root.PersistentFlags().StringVar(&c.logFormat, "log-format", "auto", "log format: auto (console on a terminal, else JSON), json or console")
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.prof.CPU, "cpu-profile", "", "write a Go CPU profile (go tool pprof) to this file; under launch, each worker writes FILE.INDEX")
+	pf.StringVar(&c.prof.Block, "block-profile", "", "write a Go blocking profile to this file (every blocking event: slows the process); per worker as --cpu-profile")
+	pf.StringVar(&c.prof.Trace, "exec-trace", "", "write a Go execution trace (go tool trace: scheduler delays, syscalls) to this file; per worker as --cpu-profile")
 	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c), newMembersCmd(c))
 	return root
+}
+
+// startProfiles starts the profiles that the flags or, in a launched
+// worker, the environment ask for. A command that launches workers writes
+// none itself: its workers do the work.
+func (c *cli) startProfiles(cmd *cobra.Command) error {
+	c.prof = c.prof.FromEnv(c.env.lookup)
+	if !c.prof.Any() || c.launches(cmd) {
+		return nil
+	}
+	stop, err := prof.Start(c.prof)
+	c.stopProf = stop
+	return err
+}
+
+// stopProfiles writes out the profiles startProfiles started.
+func (c *cli) stopProfiles() error {
+	if c.stopProf == nil {
+		return nil
+	}
+	stop := c.stopProf
+	c.stopProf = nil
+	return stop()
+}
+
+// launches reports whether cmd starts local workers rather than being
+// one: gyre launch, or a benchmark run with -n outside a job.
+func (c *cli) launches(cmd *cobra.Command) bool {
+	return cmd.Name() == "launch" || (cmd.Flags().Lookup("nproc") != nil && !c.inJob())
 }
 
 // newLogger builds the zerolog logger for --log-level and --log-format,
