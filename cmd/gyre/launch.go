@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +144,10 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	defer cleanup()
 	base = base.WithDefaults()
 	extra := c.workerLogs(cmd.ErrOrStderr())
+	procs, own := workerProcs(c.env.lookup, runtime.GOMAXPROCS(0), j.n)
+	if !own {
+		extra = append(extra, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
 	insecure := map[bool]string{true: " (insecure)"}[base.Insecure]
 	var (
 		env   func(int) []string
@@ -158,6 +163,8 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: %d workers on 127.0.0.1, transport %s%s, seed %s, key file %s\n",
 			j.n, base.Transport, insecure, gossip[0], keyDesc(keyPath, j.keyFile))
 	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: GOMAXPROCS %d per worker (%s)\n", procs,
+		map[bool]string{true: "from the environment", false: "the cores shared out; set GOMAXPROCS to choose"}[own])
 	if c.prof.Any() {
 		viewEnv := env
 		env = func(i int) []string { return append(viewEnv(i), c.prof.WorkerEnv(i)...) }
@@ -204,6 +211,23 @@ func (c *cli) workerLogs(stderr io.Writer) []string {
 		format = "console"
 	}
 	return []string{gyre.EnvLogLevel + "=" + level, gyre.EnvLogFormat + "=" + format}
+}
+
+// workerProcs returns the GOMAXPROCS each of n local workers runs with,
+// and whether the environment chose it. By default the cores are shared
+// out, at least one each, as torchrun sets OMP_NUM_THREADS=1 when it
+// starts several workers on one node: a Go process sizes its scheduler
+// for every core, and several of them on one machine spend a small
+// collective's time waking threads that wait for a core (bench/RESULTS.md,
+// "Small and medium messages"). cores is this process's GOMAXPROCS,
+// which counts the CPUs it may use, cgroup limits included.
+func workerProcs(lookup func(string) (string, bool), cores, n int) (procs int, fromEnv bool) {
+	if v, ok := lookup("GOMAXPROCS"); ok && v != "" {
+		if p, err := strconv.Atoi(v); err == nil && p > 0 {
+			return p, true
+		}
+	}
+	return max(1, cores/max(n, 1)), false
 }
 
 // listening returns a wait until something accepts TCP connections at
@@ -300,8 +324,8 @@ func keyDesc(path, given string) string {
 }
 
 // rankEnv returns each rank's environment: the parent's, without the
-// variables launch sets, plus the job's settings, extra (the log
-// settings) and the rank's view settings from view.
+// variables launch sets, plus the job's settings, extra (the log settings
+// and GOMAXPROCS) and the rank's view settings from view.
 func rankEnv(parent []string, cfg gyre.Config, keyPath string, extra []string, view func(int) []string) func(int) []string {
 	var keep []string
 	for _, kv := range parent {

@@ -266,3 +266,30 @@ func TestLaunchRunsGyreSubcommands(t *testing.T) {
 		t.Fatalf("launch -- keygen printed %q (%v)\n%s", lines, err, stderr)
 	}
 }
+
+func TestWorkerProcs(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	set := func(v string) func(string) (string, bool) {
+		return func(k string) (string, bool) { return v, k == "GOMAXPROCS" }
+	}
+	for _, tc := range []struct {
+		lookup      func(string) (string, bool)
+		cores, n    int
+		want        int
+		fromEnvWant bool
+	}{
+		{none, 2, 4, 1, false}, // more workers than cores: one each
+		{none, 2, 2, 1, false},
+		{none, 8, 2, 4, false},
+		{none, 8, 3, 2, false},
+		{none, 2, 1, 2, false},
+		{set("3"), 2, 4, 3, true}, // the user's choice wins
+		{set("x"), 8, 2, 4, false},
+		{set("0"), 8, 2, 4, false},
+	} {
+		got, fromEnv := workerProcs(tc.lookup, tc.cores, tc.n)
+		if got != tc.want || fromEnv != tc.fromEnvWant {
+			t.Errorf("workerProcs(cores %d, n %d) = %d, %v; want %d, %v", tc.cores, tc.n, got, fromEnv, tc.want, tc.fromEnvWant)
+		}
+	}
+}
