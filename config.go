@@ -77,6 +77,18 @@ const (
 	RingOrderFixed = "fixed"
 )
 
+// Allreduce algorithms accepted by Config.Algo.
+const (
+	// AlgoAuto runs recursive doubling below the size from which the
+	// ring's cost model predicts the ring to be faster, the ring from
+	// there (ring.CostModel.Threshold).
+	AlgoAuto = "auto"
+	// AlgoRing always runs the pipelined ring.
+	AlgoRing = "ring"
+	// AlgoDoubling always runs recursive doubling.
+	AlgoDoubling = "doubling"
+)
+
 // Gossip timing presets accepted by Config.GossipTiming.
 const (
 	GossipLAN   = "lan"
@@ -242,6 +254,12 @@ type Config struct {
 	// and orders the ring to cross slow links rarely; RingOrderFixed keeps
 	// address order.
 	RingOrder string
+	// Algo is the allreduce algorithm: AlgoAuto (default) chooses by
+	// size; AlgoRing or AlgoDoubling pins one, so that the sums run in
+	// the same order whatever the sizes and the model say (the result is
+	// bit-identical on every rank either way; pinning keeps it so from
+	// one run to the next).
+	Algo string
 	// RNGSeed seeds the sampler's per-epoch permutations. Default 0.
 	RNGSeed uint64
 	// DatasetSize is the number of samples in one epoch of the training
@@ -360,6 +378,9 @@ func (c Config) WithDefaults() Config {
 		if len(c.Shares) > 0 {
 			c.Balance = BalanceStatic
 		}
+	}
+	if c.Algo == "" {
+		c.Algo = AlgoAuto
 	}
 	if c.RingOrder == "" {
 		c.RingOrder = RingOrderAuto
@@ -548,6 +569,9 @@ func (c Config) checkBatch(userShares bool) []error {
 	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
 		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))
 	}
+	if c.Algo != AlgoAuto && c.Algo != AlgoRing && c.Algo != AlgoDoubling {
+		errs = append(errs, fmt.Errorf("Algo %q: want %q, %q or %q", c.Algo, AlgoAuto, AlgoRing, AlgoDoubling))
+	}
 	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
 		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))
 	}
@@ -710,6 +734,8 @@ const (
 	EnvBalance = "GYRE_BALANCE"
 	// EnvRingOrder is "auto" or "fixed".
 	EnvRingOrder = "GYRE_RING_ORDER"
+	// EnvAlgo is "auto", "ring" or "doubling".
+	EnvAlgo = "GYRE_ALGO"
 	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout,
 	// EnvQuorumTimeout and EnvPeerTimeout are durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
@@ -749,6 +775,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvGossipTiming, &c.GossipTiming)
 	str(EnvBalance, &c.Balance)
 	str(EnvRingOrder, &c.RingOrder)
+	str(EnvAlgo, &c.Algo)
 	str(EnvCheckpointDir, &c.CheckpointDir)
 	boolean := func(name string, dst *bool) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {

@@ -47,6 +47,7 @@ func TestWithDefaults(t *testing.T) {
 		Shares:            []int{DefaultGlobalBatch},
 		Balance:           BalanceLBBSP,
 		RingOrder:         RingOrderAuto,
+		Algo:              AlgoAuto,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
@@ -119,6 +120,7 @@ func TestValidate(t *testing.T) {
 		{"gossip timing", Config{Key: key, Listen: "127.0.0.1:7000", GossipTiming: "wan"}, "GossipTiming"},
 		{"balance", Config{Key: key, Balance: "fastest"}, `Balance "fastest"`},
 		{"ring order", Config{Key: key, RingOrder: "random"}, `RingOrder "random"`},
+		{"algo", Config{Key: key, Algo: "tree"}, `Algo "tree"`},
 		{"advertise with port", Config{Key: key, Advertise: "10.0.0.1:9100"}, "host only"},
 		{"min workers past world", Config{Key: key, MinWorkers: 2}, "MinWorkers 2"},
 		{"zero batch by shares", Config{Key: key, Shares: []int{0}}, "GlobalBatch 0"},
@@ -173,8 +175,8 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", EnvMinWorkers: "2",
 		EnvCollectiveTimeout: "90s", EnvPeerTimeout: " 500ms", EnvJoinTimeout: "1m", EnvBalance: "static",
 		EnvConnectTimeout: "45s",
-		EnvRingOrder:      "fixed",
-		EnvCheckpointDir:  "/ckpt", EnvCheckpointEvery: "20", EnvCheckpointKeep: "5", EnvCheckpointRequired: "true",
+		EnvRingOrder:      "fixed", EnvAlgo: "doubling",
+		EnvCheckpointDir: "/ckpt", EnvCheckpointEvery: "20", EnvCheckpointKeep: "5", EnvCheckpointRequired: "true",
 	}
 	c, err := ConfigFromEnv(mapLookup(env))
 	if err != nil {
@@ -186,7 +188,7 @@ func TestConfigFromEnv(t *testing.T) {
 		Peers: []string{"127.0.0.1:9100", "127.0.0.1:9200"}, Rank: 1, WorldSize: 2, LocalRank: 1,
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
-		ConnectTimeout: 45 * time.Second, Balance: BalanceStatic, RingOrder: RingOrderFixed,
+		ConnectTimeout: 45 * time.Second, Balance: BalanceStatic, RingOrder: RingOrderFixed, Algo: AlgoDoubling,
 		CheckpointDir: "/ckpt", CheckpointEvery: 20, CheckpointKeep: 5, CheckpointRequired: true}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)

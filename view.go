@@ -1,6 +1,7 @@
 package gyre
 
 import (
+	"math"
 	"slices"
 
 	"github.com/gyre-ml/gyre/ring"
@@ -107,5 +108,16 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
 	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.plain,
 		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
-		InitialBandwidth: bandwidth}
+		InitialBandwidth: bandwidth, SmallBytes: smallBytes(w.cfg.Algo)}
+}
+
+// smallBytes is ring.Config.SmallBytes for Config.Algo.
+func smallBytes(algo string) int {
+	switch algo {
+	case AlgoRing:
+		return -1
+	case AlgoDoubling:
+		return math.MaxInt
+	}
+	return 0 // the cost model's threshold
 }

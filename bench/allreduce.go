@@ -62,6 +62,8 @@ type AllReduceRow struct {
 	BusBW     float64 `json:"busbw_gbps"`
 	Iters     int     `json:"iters"`
 	Check     string  `json:"check"` // "OK", "BAD" or "-" when not checked
+	// Algo is the algorithm that ran: ring or recursive-doubling.
+	Algo string `json:"algo"`
 	// TimesUS holds each timed iteration's time, the slowest rank's.
 	TimesUS []float64 `json:"times_us"`
 }
@@ -77,9 +79,12 @@ type AllReduceReport struct {
 	Compress string `json:"compress"`
 	// RingOrder is the ranks in the order the ring ran through them (the
 	// view's choice, Comm.Order; rank order if it chose none).
-	RingOrder []int          `json:"ring_order"`
-	Options   string         `json:"options"`
-	Rows      []AllReduceRow `json:"rows"`
+	RingOrder []int `json:"ring_order"`
+	// SmallBytes is the size from which the ring ran (recursive doubling
+	// below it; 0: the ring throughout).
+	SmallBytes int            `json:"small_bytes"`
+	Options    string         `json:"options"`
+	Rows       []AllReduceRow `json:"rows"`
 }
 
 // RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
@@ -91,6 +96,7 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 		Compress: compressName(o.Compress),
 		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
 			compressName(o.Compress), o.Warmup, o.Check)}
+	rep.SmallBytes = c.SmallBytes()
 	if rep.RingOrder = c.Order(); rep.RingOrder == nil {
 		rep.RingOrder = ring.RankOrder(c.Size())
 	}
@@ -118,8 +124,9 @@ func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
 // by line.
 func (r AllReduceReport) WriteTable(w io.Writer) error {
 	m := r.Machine
-	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n", r.Command,
-		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, ringString(r.RingOrder), r.Options)
+	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n# algorithms: %s\n", r.Command,
+		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, ringString(r.RingOrder), r.Options,
+		r.algorithms())
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s %5s %4s\n", "size_bytes", "count", "time_us(med)", "time_us(min)", "algbw", "busbw", "iters", "chk")
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s\n", "", "("+r.DType+")", "", "", "GB/s", "GB/s")
 	for _, row := range r.Rows {
@@ -129,6 +136,18 @@ func (r AllReduceReport) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// algorithms says which algorithm ran at which size: the ring from
+// SmallBytes, recursive doubling below.
+func (r AllReduceReport) algorithms() string {
+	switch {
+	case r.SmallBytes <= 0:
+		return "ring at every size"
+	case r.SmallBytes == math.MaxInt:
+		return "recursive doubling at every size"
+	}
+	return fmt.Sprintf("recursive doubling below %d bytes, ring from there", r.SmallBytes)
 }
 
 // ringString writes a ring order as ranks joined by dashes: 0-2-1-3.
@@ -143,7 +162,7 @@ func ringString(order []int) string {
 func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {
 	n, rank := c.Size(), c.Rank()
 	es := int64(o.DType.Size())
-	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-"}
+	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-", Algo: c.AllReduceAlgo(int(size)).String()}
 	if row.Iters <= 0 {
 		row.Iters = DefaultIters(size)
 	}

@@ -439,6 +439,14 @@ func reduction(dtype wire.DType, kdt kernels.DType, wop wire.Op, n int) (kernels
 // chunkElems returns the pipeline chunk in elements of es bytes.
 func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 
+// AllReduceAlgo returns the algorithm an allreduce of bytes bytes runs:
+// AlgoRecursiveDoubling below SmallBytes, else AlgoRing.
+func (c *Comm) AllReduceAlgo(bytes int) Algo { return Choose(len(c.members), bytes, c.cfg.SmallBytes) }
+
+// SmallBytes returns the allreduce size from which the ring runs
+// (Config.SmallBytes after defaults: 0 when it always runs).
+func (c *Comm) SmallBytes() int { return c.cfg.SmallBytes }
+
 // AllReduce replaces data, a buffer of dtype elements, with the reduction
 // by op of every member's data, in place. Every rank ends bit-identical.
 // dtype is float32, float64, int32 or int64; op is Sum, Min, Max, or Avg
@@ -457,7 +465,7 @@ func (c *Comm) AllReduce(ctx context.Context, dtype wire.DType, wop wire.Op, dat
 func (c *Comm) AllReduceCompressed(ctx context.Context, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
 	// The algorithm follows the caller's bytes, not the wire's, so a
 	// compressed collective runs the plan of the uncompressed one.
-	algo := Choose(len(c.members), len(data), c.cfg.SmallBytes)
+	algo := c.AllReduceAlgo(len(data))
 	return c.collective(ctx, planKey{algo: algo}, dtype, wop, data, wireType)
 }
 

@@ -27,6 +27,7 @@ type allReduceFlags struct {
 	check            bool
 	jsonFile         string
 	ringOrder        string // auto or fixed; empty: the job's setting
+	algo             string // auto, ring or doubling; empty: the job's setting
 	report           string // hidden: where rank 0 leaves its JSON report for the launcher
 	timeout          time.Duration
 }
@@ -47,7 +48,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 			"first allreduce per size.\n" +
 			"Each timed iteration is: barrier; t0; allreduce; t1.\n" +
 			"The ring runs in the order the job's view chose (--ring-order), which the\n" +
-			"report's header gives.\n" +
+			"report's header gives, with the algorithm each size ran (--algo).\n" +
 			"--compress bf16 or fp16 sends float32 data at half width on the wire, still\n" +
 			"summed in float32; the check then allows the wire format's rounding.\n" +
 			"Run under `gyre launch -- bench allreduce` it is one worker of the job.",
@@ -77,6 +78,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
 	f.StringVar(&fl.ringOrder, "ring-order", "", "ring order: auto (probe the links, cross slow ones rarely) or fixed (address order) (empty: the job's, auto by default)")
+	f.StringVar(&fl.algo, "algo", "", "allreduce algorithm: auto (recursive doubling below the cost model's threshold, the ring from there), ring or doubling (empty: the job's, auto by default)")
 	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
 	f.StringVar(&fl.report, "report", "", "where rank 0 writes its report (set by the launcher)")
 	f.MarkHidden("report")
@@ -109,6 +111,16 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 	if op == wire.OpAvg && (dt == wire.DTypeInt32 || dt == wire.DTypeInt64) {
 		return bench.AllReduceOptions{}, errors.New("--op avg needs a float --dtype")
 	}
+	switch fl.algo {
+	case "", gyre.AlgoAuto, gyre.AlgoRing, gyre.AlgoDoubling:
+	default:
+		return bench.AllReduceOptions{}, fmt.Errorf("--algo %q: want auto, ring or doubling", fl.algo)
+	}
+	switch fl.ringOrder {
+	case "", gyre.RingOrderAuto, gyre.RingOrderFixed:
+	default:
+		return bench.AllReduceOptions{}, fmt.Errorf("--ring-order %q: want auto or fixed", fl.ringOrder)
+	}
 	if fl.warmup < 0 || fl.iters < 0 {
 		return bench.AllReduceOptions{}, errors.New("--warmup and --iters must not be negative")
 	}
@@ -128,7 +140,7 @@ func (c *cli) allReduceLaunch(cmd *cobra.Command, job launchJob, fl allReduceFla
 	err := c.launchBench(cmd, job, &rep, "allreduce",
 		"--sizes", fl.sizes, "--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
 		"--op", fl.op, "--dtype", fl.dtype, "--compress", fl.compress, "--check="+strconv.FormatBool(fl.check),
-		"--timeout", fl.timeout.String(), "--ring-order", fl.ringOrder)
+		"--timeout", fl.timeout.String(), "--ring-order", fl.ringOrder, "--algo", fl.algo)
 	if err != nil {
 		return err
 	}
@@ -204,6 +216,9 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	cfg.Logger = &c.log
 	if fl.ringOrder != "" {
 		cfg.RingOrder = fl.ringOrder
+	}
+	if fl.algo != "" {
+		cfg.Algo = fl.algo
 	}
 	w, err := gyre.Join(ctx, cfg)
 	if err != nil {

@@ -146,6 +146,9 @@ func TestBenchAllReduceFlags(t *testing.T) {
 		{"empty", func(f *allReduceFlags) { f.compress = "" }, 0, "--compress"},
 		{"bf16 float64", func(f *allReduceFlags) { f.compress, f.dtype = "bf16", "float64" }, 0, "float32"},
 		{"fp16 int32", func(f *allReduceFlags) { f.compress, f.dtype = "fp16", "int32" }, 0, "float32"},
+		{"algo ring", func(f *allReduceFlags) { f.algo = "ring" }, wire.DTypeBytes, ""},
+		{"algo unknown", func(f *allReduceFlags) { f.algo = "tree" }, 0, "--algo"},
+		{"ring order unknown", func(f *allReduceFlags) { f.ringOrder = "random" }, 0, "--ring-order"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fl := base

@@ -153,3 +153,29 @@ func TestSaveParamsReplacesTheFile(t *testing.T) {
 		t.Fatalf("the file holds %d bytes, %v; want 24, [1 -2 0.5]", len(b), got)
 	}
 }
+
+// TestTrainAlgoPinned: with --algo pinned, two runs of a 3-worker job end
+// in one digest on every rank, and the two algorithms, which sum in
+// different orders, end in different ones: the pin takes effect.
+func TestTrainAlgoPinned(t *testing.T) {
+	digest := regexp.MustCompile(`(?m)^\[[0-2]\] # rank [0-2] final state digest ([0-9a-f]{16}) at iteration 20$`)
+	final := map[string]string{}
+	for _, algo := range []string{"ring", "doubling", "ring", "doubling"} {
+		out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "launch", "-n", "3", "--transport", "tcp", "--insecure", "--",
+			"train", "--iters", "20", "--eval-every", "20", "--batch", "60", "--balance", "static", "--algo", algo)
+		if err != nil {
+			t.Fatalf("--algo %s: %v\nstderr:\n%s", algo, err, stderr)
+		}
+		ds := digest.FindAllStringSubmatch(out, -1)
+		if len(ds) != 3 || ds[0][1] != ds[1][1] || ds[1][1] != ds[2][1] {
+			t.Fatalf("--algo %s: want the same final digest on 3 ranks, got %q in:\n%s", algo, ds, out)
+		}
+		if prev, ok := final[algo]; ok && prev != ds[0][1] {
+			t.Errorf("--algo %s: digest %s, then %s", algo, prev, ds[0][1])
+		}
+		final[algo] = ds[0][1]
+	}
+	if final["ring"] == final["doubling"] {
+		t.Errorf("ring and doubling both ended in %s: --algo has no effect", final["ring"])
+	}
+}
