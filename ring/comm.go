@@ -248,20 +248,20 @@ type Comm struct {
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
-	// deadline ends a collective at its timeout; deadlineFired carries
-	// a token from its callback.
-	deadline      *time.Timer
-	deadlineFired chan struct{}
-	quit          chan struct{} // closed by Close under mu: goroutines exit
-	once          sync.Once
-	wg            sync.WaitGroup
+	// timer ends a collective at its timeout (onTimer).
+	timer *time.Timer
+	born  time.Time     // the clock op.deadline counts from
+	quit  chan struct{} // closed by Close under mu: goroutines exit
+	once  sync.Once
+	wg    sync.WaitGroup
 }
 
 // NewComm returns a communicator for cfg over t. The caller has already
 // connected t to every other member: which of them a rank sends data to
 // depends on the algorithm (the ring's right neighbour, recursive
 // doubling's partners), and abort markers go to all of them. It starts a
-// goroutine, and one more with Liveness, which Close stops.
+// goroutine, and one more with Liveness or a transport.SendBufferer,
+// which Close stops.
 func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if t == nil {
 		return nil, invalid("nil transport")
@@ -272,19 +272,18 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	cfg = cfg.withDefaults()
 	n := len(cfg.Members)
 	c := &Comm{
-		t:             t,
-		cfg:           cfg,
-		members:       cfg.Members,
-		plans:         planCache{order: cfg.Order},
-		log:           cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
-		bw:            max(cfg.InitialBandwidth, minBandwidth),
-		dirty:         make([]bool, n),
-		toldStale:     make([]uint64, n),
-		ctx:           newOpCtx(),
-		sendc:         make(chan struct{}),
-		sendFin:       make(chan struct{}, 1),
-		deadlineFired: make(chan struct{}, 1),
-		quit:          make(chan struct{}),
+		t:         t,
+		cfg:       cfg,
+		members:   cfg.Members,
+		plans:     planCache{order: cfg.Order},
+		log:       cfg.Logger.With().Str("component", "ring").Uint64("epoch", cfg.Epoch).Int("rank", cfg.Rank).Logger(),
+		bw:        max(cfg.InitialBandwidth, minBandwidth),
+		dirty:     make([]bool, n),
+		toldStale: make([]uint64, n),
+		ctx:       newOpCtx(),
+		sendc:     make(chan struct{}),
+		sendFin:   make(chan struct{}, 1),
+		quit:      make(chan struct{}),
 	}
 	// A new Comm may share its transport with an older one that failed, so
 	// every peer may have leftovers queued until proven otherwise.
@@ -295,11 +294,12 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 		c.sendBuffer = max(sb.SendBuffer(), 0)
 	}
 	c.op = op{c: c, sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
-	c.deadline = time.AfterFunc(time.Hour, c.onDeadline)
-	c.deadline.Stop()
+	c.born = time.Now()
+	c.timer = time.AfterFunc(time.Hour, c.onTimer)
+	c.timer.Stop()
 	c.wg.Add(1)
 	go c.sender()
-	if cfg.Liveness != nil {
+	if cfg.Liveness != nil || c.sendBuffer > 0 {
 		c.wg.Add(1)
 		go c.watchdog()
 	}
@@ -366,6 +366,7 @@ func (c *Comm) Close() error {
 		c.shut = true
 		close(c.quit)
 		c.mu.Unlock()
+		c.timer.Stop()
 		c.wg.Wait()
 	})
 	return nil

@@ -41,9 +41,11 @@ var (
 // the transports register context.AfterFunc once per distinct Done channel,
 // which allocates too. A cancelled opCtx gets a fresh channel on begin.
 //
-// It follows the caller's context through one context.AfterFunc per
-// distinct parent Done channel, registered on first use and kept while
-// later collectives pass the same parent, which a training loop does.
+// It follows the caller's context through a context.AfterFunc on its
+// Done channel. A parent passed to two collectives in a row, as a training
+// loop passes its context, keeps its registration for as long as it
+// comes back; one passed once (a context per call) is unregistered at the
+// collective's end, so that cancelling it later starts no callback.
 type opCtx struct {
 	mu       sync.Mutex
 	done     chan struct{}
@@ -55,11 +57,14 @@ type opCtx struct {
 	// collective cannot cancel the next (cancelGen).
 	active bool
 	gen    uint64
-	closed bool // shutdown ran: every later collective starts ended
+	// closeErr, once shutdown ran, ends every later collective.
+	closeErr error
 	// regDone is the parent Done channel the callback watches, stopReg
-	// its stop function.
-	regDone <-chan struct{}
-	stopReg func() bool
+	// its stop function; keep says to keep it past end. prevDone is the
+	// previous collective's parent Done channel.
+	regDone, prevDone <-chan struct{}
+	stopReg           func() bool
+	keep              bool
 }
 
 func newOpCtx() *opCtx {
@@ -117,20 +122,27 @@ func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 	c.gen++
 	c.active = true
 	c.parent, c.deadline = parent, deadline
-	if c.closed {
-		return c.gen // ended for good by shutdown
+	if c.closeErr != nil {
+		// Ended for good by shutdown, with its error rather than what
+		// ended an earlier collective.
+		if c.err != c.closeErr {
+			c.done, c.err = make(chan struct{}), c.closeErr
+			close(c.done)
+		}
+		return c.gen
 	}
 	if c.err != nil {
 		c.done = make(chan struct{})
 		c.err = nil
 	}
-	if pd := parent.Done(); pd != nil && pd != c.regDone {
-		if c.stopReg != nil {
-			c.stopReg()
-		}
+	pd := parent.Done()
+	if pd != nil && pd != c.regDone {
+		c.unregisterLocked()
 		c.regDone = pd
 		c.stopReg = context.AfterFunc(parent, func() { c.parentDone(pd) })
 	}
+	c.keep = pd != nil && pd == c.prevDone
+	c.prevDone = pd
 	// A parent that ended between collectives fired its callback while
 	// none was active.
 	if err := parent.Err(); err != nil {
@@ -142,8 +154,18 @@ func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 // end marks the collective over: later cancellations wait for the next.
 func (c *opCtx) end() {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.active = false
-	c.mu.Unlock()
+	if !c.keep {
+		c.unregisterLocked()
+	}
+}
+
+func (c *opCtx) unregisterLocked() {
+	if c.stopReg != nil {
+		c.stopReg()
+		c.stopReg, c.regDone = nil, nil
+	}
 }
 
 // parentDone is the callback on the parent whose Done channel is pd.
@@ -164,11 +186,13 @@ func (c *opCtx) activeGen() (uint64, bool) {
 }
 
 // cancelGen ends the context with err if collective gen is still in
-// progress.
-func (c *opCtx) cancelGen(gen uint64, err error) {
+// progress and has not ended otherwise, calling first, under the lock,
+// before: what it records is then read only for this cancellation.
+func (c *opCtx) cancelGen(gen uint64, err error, before func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.active && c.gen == gen {
+	if c.active && c.gen == gen && c.err == nil {
+		before()
 		c.cancelLocked(err)
 	}
 }
@@ -178,12 +202,9 @@ func (c *opCtx) cancelGen(gen uint64, err error) {
 func (c *opCtx) shutdown(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = true
+	c.closeErr = err
 	c.cancelLocked(err)
-	if c.stopReg != nil {
-		c.stopReg()
-		c.stopReg, c.regDone = nil, nil
-	}
+	c.unregisterLocked()
 }
 
 // op is the state of the collective in progress, shared by the walkers.
@@ -211,6 +232,16 @@ type op struct {
 	// the other walker if it waits. One token of room suffices: each has
 	// one reader, which rechecks the counter after waking.
 	sendWake, recvWake chan struct{}
+	// stall is where an inline collective stands with the second walker
+	// (stallIdle, stallArmed while an inline send runs, stallHanded once
+	// the receives from recvFrom on moved to it). sendSeq counts inline
+	// sends, and seenSeq is the one the timer saw in flight last.
+	stall            atomic.Int32
+	recvFrom         atomic.Int64
+	sendSeq, seenSeq atomic.Uint64
+	// deadline is when the collective times out, in nanoseconds since
+	// Comm.born (a monotonic clock).
+	deadline atomic.Int64
 	// stop asks the send walker to stop before its next send.
 	stop    atomic.Bool
 	sendErr error
@@ -258,8 +289,11 @@ func (o *op) waitSends(after int) error {
 }
 
 // walkSends runs the plan's sends in order.
-func (o *op) walkSends() error {
-	for i := range o.plan.Sends {
+func (o *op) walkSends() error { return o.walkSendsFrom(0) }
+
+// walkSendsFrom runs the plan's sends from index i on.
+func (o *op) walkSendsFrom(i int) error {
+	for ; i < len(o.plan.Sends); i++ {
 		if err := o.sendOne(&o.plan.Sends[i]); err != nil {
 			return err
 		}
@@ -294,37 +328,74 @@ func (o *op) sendOne(x *Xfer) error {
 	return nil
 }
 
+// States of op.stall.
+const (
+	stallIdle int32 = iota
+	stallArmed
+	stallHanded
+)
+
+// stallCheck is how often the watchdog looks for an inline send that
+// blocks: one in flight at two checks in a row moves the receives to the
+// second walker. A timer per collective would be cheaper to react but
+// not to run: arming a near timer wakes the thread that waits for the
+// network, which costs a small collective more than its messages.
+const stallCheck = 100 * time.Millisecond
+
 // walkInline runs the plan's sends and receives on this goroutine: each
 // send as soon as the receive it forwards has completed, otherwise the
-// next receive. It is the two walkers' schedule with sends that never
-// block, so it needs a transport that buffers everything the plan sends to
-// a peer (inlineBytes); a Reduce receive's wait for its send then never
-// waits, since that send depends only on earlier receives.
-func (o *op) walkInline() error {
+// next receive. With sends that never block, that is the two walkers'
+// schedule, in which a Reduce receive never waits for its send: that send
+// depends only on earlier receives. A send can block, though, if the
+// transport's buffer is fuller than Comm.inline assumed; then, within two
+// stallChecks, the second walker takes over the receives from where this
+// one stands (checkStall), and this goroutine goes on as the send walker.
+// It reports whether it handed the receives over.
+func (o *op) walkInline() (handed bool, err error) {
 	p := o.plan
 	i := 0
 	for j := 0; ; j++ {
 		for ; i < len(p.Sends) && p.Sends[i].After < j; i++ {
-			if err := o.sendOne(&p.Sends[i]); err != nil {
-				return err
+			o.waiting = p.Sends[i].Peer // a send that blocks till the deadline names its peer
+			o.recvFrom.Store(int64(j))
+			o.sendSeq.Add(1)
+			o.stall.Store(stallArmed)
+			err := o.sendOne(&p.Sends[i])
+			if !o.stall.CompareAndSwap(stallArmed, stallIdle) {
+				if err == nil {
+					err = o.walkSendsFrom(i + 1)
+				}
+				return true, err
+			}
+			if err != nil {
+				return false, err
 			}
 		}
 		if j == len(p.Recvs) {
-			return nil
+			if i < len(p.Sends) {
+				return false, fmt.Errorf("ring: %v plan: send %d waits for receive %d of %d", p.Algo, i, p.Sends[i].After, len(p.Recvs))
+			}
+			o.waiting = -1
+			return false, nil
 		}
 		if err := o.recvOne(&p.Recvs[j]); err != nil {
-			return err
+			return false, err
 		}
 	}
 }
 
 // walkRecvs runs the plan's receives in order.
-func (o *op) walkRecvs() error {
-	for j := range o.plan.Recvs {
+func (o *op) walkRecvs() error { return o.walkRecvsFrom(0) }
+
+// walkRecvsFrom runs the plan's receives from index j on. Having
+// received them all, it waits for nobody (op.waiting).
+func (o *op) walkRecvsFrom(j int) error {
+	for ; j < len(o.plan.Recvs); j++ {
 		if err := o.recvOne(&o.plan.Recvs[j]); err != nil {
 			return err
 		}
 	}
+	o.waiting = -1
 	return nil
 }
 
@@ -518,7 +589,8 @@ func (o *op) abortError(from int, h wire.Header) error {
 		Culprit: name(culprit), CulpritRank: int(culprit), Reason: reason}
 }
 
-// sender is the send walker's goroutine.
+// sender is the second walker's goroutine: the send walker, or the
+// receive walker of an inline collective whose send stalled (checkStall).
 func (c *Comm) sender() {
 	defer c.wg.Done()
 	for {
@@ -527,9 +599,14 @@ func (c *Comm) sender() {
 		case <-c.quit:
 			return
 		}
-		err := c.op.walkSends()
+		var err error
+		if c.op.stall.Load() == stallHanded {
+			err = c.op.walkRecvsFrom(int(c.op.recvFrom.Load()))
+		} else {
+			err = c.op.walkSends()
+		}
 		if err != nil && err != errStopped {
-			// Unblock the receive walker: the collective has failed.
+			// Unblock the other walker: the collective has failed.
 			c.ctx.cancel(errSendFailed)
 		}
 		c.op.sendErr = err
@@ -539,33 +616,69 @@ func (c *Comm) sender() {
 
 // watchdog ends the collective in progress when a member falls silent
 // (Config.Liveness), checking every livenessPeriod whether one is under
-// way. It runs only with Liveness.
+// way, and looks for stalled inline sends every stallCheck (checkStall).
 func (c *Comm) watchdog() {
 	defer c.wg.Done()
-	tick := time.NewTicker(c.livenessPeriod())
-	defer tick.Stop()
+	var ticks, stalls <-chan time.Time
+	if c.cfg.Liveness != nil {
+		tick := time.NewTicker(c.livenessPeriod())
+		defer tick.Stop()
+		ticks = tick.C
+	}
+	if c.sendBuffer > 0 {
+		stall := time.NewTicker(stallCheck)
+		defer stall.Stop()
+		stalls = stall.C
+	}
 	for {
 		select {
-		case now := <-tick.C:
+		case now := <-ticks:
 			gen, active := c.ctx.activeGen()
 			if !active {
 				continue
 			}
 			if r := c.silentMember(now); r >= 0 {
-				c.silent.Store(int32(r))
-				c.ctx.cancelGen(gen, errSilent)
+				c.ctx.cancelGen(gen, errSilent, func() { c.silent.Store(int32(r)) })
 			}
+		case <-stalls:
+			c.checkStall()
 		case <-c.quit:
 			return
 		}
 	}
 }
 
-// onDeadline is the deadline timer's callback: it ends the collective
-// in progress (run waits for it before the next begins).
-func (c *Comm) onDeadline() {
-	c.ctx.cancel(errDeadline)
-	c.deadlineFired <- struct{}{}
+// onTimer is the deadline timer's callback: it ends the collective in
+// progress once its deadline has passed. It acts only on the collective
+// in progress, through its generation, so a callback that runs late,
+// after run stopped the timer, finds none, or one whose own deadline it
+// checks.
+func (c *Comm) onTimer() {
+	gen, active := c.ctx.activeGen()
+	if !active {
+		return
+	}
+	if left := time.Duration(c.op.deadline.Load()) - time.Since(c.born); left > 0 {
+		c.timer.Reset(left)
+		return
+	}
+	c.ctx.cancelGen(gen, errDeadline, func() {})
+}
+
+// checkStall hands an inline collective's receives to the second walker
+// if the send in flight is the one the previous check saw: it has blocked
+// for at least stallCheck.
+func (c *Comm) checkStall() {
+	o := &c.op
+	if o.stall.Load() != stallArmed {
+		return
+	}
+	if seq := o.sendSeq.Load(); o.seenSeq.Swap(seq) == seq && o.stall.CompareAndSwap(stallArmed, stallHanded) {
+		select { // the second walker is idle: the collective runs inline
+		case c.sendc <- struct{}{}:
+		case <-c.quit:
+		}
+	}
 }
 
 // livenessPeriod is how often the watchdog checks the members' liveness:
@@ -642,22 +755,24 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		return err
 	}
 	start := time.Now()
+	// Before begin, so that a timer callback that finds this collective
+	// active reads its deadline.
+	o.deadline.Store(int64(start.Add(o.timeout).Sub(c.born)))
 	c.ctx.begin(ctx, start.Add(o.timeout))
-	c.deadline.Reset(o.timeout)
-
+	c.timer.Reset(o.timeout)
 	inline := c.inline(e, wes)
+
 	sends := len(e.plan.Sends) > 0 && !inline
 	if sends {
 		c.sendc <- struct{}{}
 	}
+	// rerr is this goroutine's walk, serr the second walker's: the send
+	// walker's, or the receives' once an inline send stalled.
 	var rerr error
 	if inline {
-		rerr = o.walkInline()
+		sends, rerr = o.walkInline()
 	} else {
 		rerr = o.walkRecvs()
-	}
-	if rerr == nil {
-		o.waiting = -1
 	}
 	var serr error
 	if sends {
@@ -677,10 +792,9 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		}
 		serr = o.sendErr
 	}
-	if !c.deadline.Stop() {
-		<-c.deadlineFired // the callback ran or runs: let it finish first
-	}
+	o.stall.Store(stallIdle)
 	c.ctx.end()
+	c.timer.Stop()
 
 	err := rerr
 	if err == nil || errors.Is(err, errSendFailed) || errors.Is(err, errStopped) {
@@ -704,14 +818,16 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 const inlineMax = 64 << 10
 
 // inline reports whether plan e, with wes bytes per element on the wire,
-// runs on the caller's goroutine alone (walkInline). What it sends to any
-// one peer must fit half the transport's send buffer, since nothing
-// drains it until the peer gets to it; the other half is for leftovers.
-// Those exist only after a failure (a collective cut off mid-way leaves
-// its messages queued until the peer's next receive from this rank
-// discards them), so the collective after a failure, and a new Comm's
-// first, which may share the transport with one that failed, run with
-// both walkers.
+// runs on the caller's goroutine (walkInline). What it sends to any one
+// peer must fit half the transport's send buffer, since nothing drains it
+// until the peer gets to it; the other half is for what may already be
+// queued. The collective after a failure, and a new Comm's first, which
+// may share the transport with one that failed, keep both walkers: a
+// failed collective leaves messages queued until the peer's next receive
+// from this rank discards them. Neither rule is a guarantee (a rank that
+// returned while a peer failed, or a broadcast root that ran ahead, has
+// queued more), so an inline send that blocks hands the receives to the
+// second walker within two stallChecks.
 func (c *Comm) inline(e *planEntry, wes int) bool {
 	if !c.clean || c.sendBuffer == 0 || len(e.plan.Sends) == 0 {
 		return false

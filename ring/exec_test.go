@@ -623,7 +623,7 @@ func TestBandwidthEstimate(t *testing.T) {
 // TestTimeoutRearms checks that the deadline of a collective that timed
 // out ends no later one, and that every collective gets its own.
 func TestTimeoutRearms(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const timeout = 300 * time.Millisecond
 	cl := newCluster(t, 2, func(c *Config) { c.CollectiveTimeout = timeout })
 	for round := range 2 {
 		// Rank 1 does not join: rank 0 times out.
@@ -668,6 +668,54 @@ func TestCancelReusedParent(t *testing.T) {
 	if err := AllReduce(ctx, cl.comms[0], wire.OpSum, make([]float32, 10)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("with the parent already cancelled: got %v, want context.Canceled", err)
 	}
+}
+
+// TestClosedAfterAFailure: a collective that begins after Close, having
+// won the Comm's lock before it, fails with ErrClosed, not with what ended
+// the collective before it.
+func TestClosedAfterAFailure(t *testing.T) {
+	o := newOpCtx()
+	later := time.Now().Add(time.Hour)
+	o.begin(context.Background(), later)
+	o.cancel(errDeadline)
+	o.end()
+	o.shutdown(ErrClosed)
+	o.begin(context.Background(), later)
+	select {
+	case <-o.Done():
+	default:
+		t.Fatal("a collective begun after shutdown is not ended")
+	}
+	if err := o.Err(); err != ErrClosed {
+		t.Fatalf("Err = %v, want ErrClosed", err)
+	}
+}
+
+// TestCancelAlternatingParents: contexts passed in turn each still cancel
+// their collective, whichever the Comm watched last.
+func TestCancelAlternatingParents(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	a, cancelA := context.WithCancel(t.Context())
+	b, cancelB := context.WithCancel(t.Context())
+	defer cancelB()
+	for _, ctx := range []context.Context{a, b, a, a, b, b, a} {
+		mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+			return AllReduce(ctx, c, wire.OpSum, make([]float32, 10))
+		}))
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cancelA()
+	}()
+	if err := AllReduce(a, cl.comms[0], wire.OpSum, make([]float32, 10)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	// Rank 1 now runs the collective rank 0 gave up on (either outcome is
+	// right); then both go on under b.
+	_ = AllReduce(b, cl.comms[1], wire.OpSum, make([]float32, 10))
+	mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+		return AllReduce(b, c, wire.OpSum, make([]float32, 10))
+	}))
 }
 
 func TestCancel(t *testing.T) {

@@ -3,10 +3,13 @@ package ring
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
@@ -141,6 +144,124 @@ func TestSmallCollectivesRunInline(t *testing.T) {
 						t.Errorf("after a failure, rank %d: sends on the caller's goroutine = %v, want %v", r, got, want)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestInlineOrderNeverWaits replays walkInline's order on every plan the
+// package makes: when receive j comes up, the send it waits for (After)
+// has been issued, and every send is issued by the end. With sends that
+// never block, an inline collective then never waits on itself.
+func TestInlineOrderNeverWaits(t *testing.T) {
+	for _, n := range worldSizes {
+		for _, k := range kinds(n) {
+			for _, length := range lengths(n) {
+				for _, chunk := range []int{1, 5, 1 << 30} {
+					for r, p := range plans(t, k, n, length, chunk) {
+						i := 0
+						for j, x := range p.Recvs {
+							for i < len(p.Sends) && p.Sends[i].After < j {
+								i++
+							}
+							if x.After >= i {
+								t.Fatalf("%s n=%d length=%d chunk=%d rank %d: receive %d waits for send %d, not issued before it",
+									k.name, n, length, chunk, r, j, x.After)
+							}
+						}
+						for i < len(p.Sends) && p.Sends[i].After < len(p.Recvs) {
+							i++
+						}
+						if i != len(p.Sends) {
+							t.Fatalf("%s n=%d length=%d chunk=%d rank %d: send %d is never issued", k.name, n, length, chunk, r, i)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// rendezvous makes every Send wait until the peer has begun a Recv from
+// this sender, as a transport whose buffers are full does, while it
+// claims a large SendBuffer: inline collectives' sends then block, and
+// only the hand-off to the second walker (checkStall) lets them finish.
+type rendezvous struct {
+	transport.Transport
+	self transport.PeerID
+	net  *rendezvousNet
+}
+
+type rendezvousNet struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	credits map[[2]transport.PeerID]int // (receiver, sender): Recvs begun, not yet used by a Send
+}
+
+func (r rendezvous) SendBuffer() int { return 1 << 30 }
+
+func (r rendezvous) Send(ctx context.Context, id transport.PeerID, ch transport.Channel, h wire.Header, p []byte) error {
+	n := r.net
+	key := [2]transport.PeerID{id, r.self}
+	n.mu.Lock()
+	for n.credits[key] == 0 {
+		if ctx.Err() != nil {
+			n.mu.Unlock()
+			return ctx.Err()
+		}
+		n.cond.Wait()
+	}
+	n.credits[key]--
+	n.mu.Unlock()
+	return r.Transport.Send(ctx, id, ch, h, p)
+}
+
+func (r rendezvous) Recv(ctx context.Context, id transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	n := r.net
+	n.mu.Lock()
+	n.credits[[2]transport.PeerID{r.self, id}]++
+	n.cond.Broadcast()
+	n.mu.Unlock()
+	return r.Transport.Recv(ctx, id, ch, buf)
+}
+
+// TestInlineSendStallsHandOver runs small collectives over a transport
+// whose sends block until the peer receives, though it claims to buffer
+// them: every rank's first send blocks, and the collectives still finish,
+// correct, once the receives move to the second walker.
+func TestInlineSendStallsHandOver(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			cl := newCluster(t, n, nil)
+			rn := &rendezvousNet{credits: map[[2]transport.PeerID]int{}}
+			rn.cond = sync.NewCond(&rn.mu)
+			comms := make([]*Comm, n)
+			for r := range n {
+				cfg := testConfig(t, cl.ids, r)
+				cfg.CollectiveTimeout = 10 * time.Second // without the hand-off, every inline collective times out
+				c, err := NewComm(rendezvous{Transport: cl.trs[r], self: cl.ids[r], net: rn}, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				comms[r] = c
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			go func() { // wake blocked sends now and then, to see ctx end
+				for ctx.Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+					rn.cond.Broadcast()
+				}
+				rn.cond.Broadcast()
+			}()
+			rng := rand.New(rand.NewPCG(uint64(n), 5))
+			for range 3 { // the first runs with both walkers, the others inline
+				testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
+				mustAll(t, each(comms, func(r int, c *Comm) error { return c.Barrier(ctx) }))
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the collectives outlasted their 20 s")
 			}
 		})
 	}

@@ -112,14 +112,15 @@ type Forgetter interface {
 	Forget(peer PeerID)
 }
 
-// SendBufferer is implemented by transports whose Send returns before the
-// peer receives, as long as the messages sent to it on one channel and
-// not yet received hold at most SendBuffer bytes, payloads and
-// wire.FrameHeaderSize per message together. The ring then runs a small
-// collective's sends and receives on one goroutine: each hand-off between
-// goroutines costs a scheduler wake-up, which is most of a small
-// message's time on a busy machine. Overstating it deadlocks small
-// collectives until their timeout.
+// SendBufferer is implemented by transports whose Send usually returns
+// before the peer receives, as long as the messages sent to it on one
+// channel and not yet received hold at most SendBuffer bytes, payloads
+// and wire.FrameHeaderSize per message together. The ring then runs a
+// small collective's sends and receives on one goroutine: each hand-off
+// between goroutines costs a scheduler wake-up, which is most of a small
+// message's time on a busy machine. It is a hint, not a promise: a send
+// that blocks anyway costs the ring up to 200 ms, after which it moves
+// the receives to a second goroutine.
 type SendBufferer interface {
 	SendBuffer() int
 }

@@ -177,9 +177,10 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
-// SendBuffer is what a stream holds unreceived without blocking a write
-// (transport.SendBufferer): far below quic-go's initial flow-control
-// windows (512 KiB a stream) and its initial congestion window (about
+// SendBuffer is what a stream usually holds unreceived without blocking
+// a write (transport.SendBufferer): far below quic-go's initial
+// flow-control windows (512 KiB a stream, shared by the connection's
+// streams up to its own window) and its initial congestion window (about
 // 40 kB).
 func (t *Transport) SendBuffer() int { return streams.SendBuffer }
 

@@ -115,10 +115,10 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
-// SendBuffer is what a connection holds unreceived without blocking a
-// write (transport.SendBufferer): Linux gives a socket 16 KiB of send
-// buffer before autotuning grows it (net.ipv4.tcp_wmem), and the peer's
-// receive window is larger still.
+// SendBuffer is what a connection usually holds unreceived without
+// blocking a write (transport.SendBufferer): the peer's initial receive
+// window on Linux is 64 KiB or more (net.ipv4.tcp_rmem), and the socket's
+// own send buffer adds to it.
 func (t *Transport) SendBuffer() int { return streams.SendBuffer }
 
 // Reopen makes the next Send to peer on ch open new streams
