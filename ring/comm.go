@@ -243,6 +243,8 @@ type Comm struct {
 	op          op
 	ctx         *opCtx
 	sendBuffer  int  // transport.SendBufferer's, 0 if it has none: then no collective runs inline
+	inlineCap   int  // bytes per peer above which no collective runs inline, after a stall (handedOff)
+	handoffs    int  // inline collectives whose receives moved to the second walker
 	clean       bool // the last collective succeeded: no leftovers may fill the send buffers
 	shut        bool
 
@@ -293,7 +295,8 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if sb, ok := t.(transport.SendBufferer); ok {
 		c.sendBuffer = max(sb.SendBuffer(), 0)
 	}
-	c.op = op{c: c, sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
+	c.inlineCap = math.MaxInt
+	c.op = op{c: c, sendsDone: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
 	c.born = time.Now()
 	c.timer = time.AfterFunc(time.Hour, c.onTimer)
 	c.timer.Stop()

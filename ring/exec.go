@@ -31,7 +31,7 @@ import (
 var (
 	errDeadline   = errors.New("ring: deadline")
 	errSilent     = errors.New("ring: a member is silent")
-	errSendFailed = errors.New("ring: send walker failed")
+	errSendFailed = errors.New("ring: the second walker failed") // or the sends, after a hand-off
 	errStopped    = errors.New("ring: stopped after a failure")
 )
 
@@ -239,6 +239,9 @@ type op struct {
 	stall            atomic.Int32
 	recvFrom         atomic.Int64
 	sendSeq, seenSeq atomic.Uint64
+	// sendsDone carries a token from the caller once its sends end, after
+	// a hand-off, to the second walker that took the receives.
+	sendsDone chan struct{}
 	// deadline is when the collective times out, in nanoseconds since
 	// Comm.born (a monotonic clock).
 	deadline atomic.Int64
@@ -599,17 +602,32 @@ func (c *Comm) sender() {
 		case <-c.quit:
 			return
 		}
+		o := &c.op
 		var err error
-		if c.op.stall.Load() == stallHanded {
-			err = c.op.walkRecvsFrom(int(c.op.recvFrom.Load()))
-		} else {
-			err = c.op.walkSends()
-		}
-		if err != nil && err != errStopped {
-			// Unblock the other walker: the collective has failed.
+		if o.stall.Load() == stallHanded {
+			err = o.walkRecvsFrom(int(o.recvFrom.Load()))
+			if err != nil {
+				// As run does for a failed receive walker: the sends
+				// stop before the next one, and one in flight gets
+				// stopGrace to finish its message.
+				o.stop.Store(true)
+				wake(o.recvWake)
+				grace := time.NewTimer(stopGrace)
+				select {
+				case <-o.sendsDone:
+				case <-grace.C:
+					c.ctx.cancel(errStopped)
+					<-o.sendsDone
+				}
+				grace.Stop()
+			} else {
+				<-o.sendsDone
+			}
+		} else if err = o.walkSends(); err != nil && err != errStopped {
+			// Unblock the receive walker: the collective has failed.
 			c.ctx.cancel(errSendFailed)
 		}
-		c.op.sendErr = err
+		o.sendErr = err
 		c.sendFin <- struct{}{}
 	}
 }
@@ -768,13 +786,25 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	}
 	// rerr is this goroutine's walk, serr the second walker's: the send
 	// walker's, or the receives' once an inline send stalled.
-	var rerr error
+	var rerr, serr error
 	if inline {
-		sends, rerr = o.walkInline()
+		var handed bool
+		if handed, rerr = o.walkInline(); handed {
+			// The second walker took the receives; this goroutine ran
+			// the sends. As the send walker would, a failed send ends
+			// the receives at once.
+			if rerr != nil && rerr != errStopped {
+				c.ctx.cancel(errSendFailed)
+			}
+			o.sendsDone <- struct{}{}
+			<-c.sendFin
+			rerr, serr = o.sendErr, rerr
+			c.handedOff(e, wes)
+			sends = false
+		}
 	} else {
 		rerr = o.walkRecvs()
 	}
-	var serr error
 	if sends {
 		if rerr != nil {
 			o.stop.Store(true)
@@ -832,7 +862,24 @@ func (c *Comm) inline(e *planEntry, wes int) bool {
 	if !c.clean || c.sendBuffer == 0 || len(e.plan.Sends) == 0 {
 		return false
 	}
-	return e.peerSendElems*wes+e.peerSendMsgs*wire.FrameHeaderSize <= min(c.sendBuffer/2, inlineMax)
+	return peerBytes(e, wes) <= min(c.sendBuffer/2, inlineMax, c.inlineCap)
+}
+
+// peerBytes bounds what plan e, with wes bytes per element on the wire,
+// sends to any one peer, frame headers included.
+func peerBytes(e *planEntry, wes int) int {
+	return e.peerSendElems*wes + e.peerSendMsgs*wire.FrameHeaderSize
+}
+
+// handedOff learns from an inline collective whose send stalled: the
+// transport buffers less than it said, so plans that send as much no
+// longer run inline, and each stall is paid once.
+func (c *Comm) handedOff(e *planEntry, wes int) {
+	b := peerBytes(e, wes)
+	c.inlineCap = b - 1
+	c.handoffs++
+	c.log.Info().Int("bytes", b).Dur("after", stallCheck).
+		Msg("an inline send blocked and its receives moved to a second goroutine; collectives that send this much to a peer no longer run inline")
 }
 
 // translate turns the op context's internal causes into the errors callers

@@ -3,6 +3,7 @@ package ring
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -228,7 +229,8 @@ func (r rendezvous) Recv(ctx context.Context, id transport.PeerID, ch transport.
 // TestInlineSendStallsHandOver runs small collectives over a transport
 // whose sends block until the peer receives, though it claims to buffer
 // them: every rank's first send blocks, and the collectives still finish,
-// correct, once the receives move to the second walker.
+// correct, once the receives move to the second walker, which happens
+// once per plan, not at every collective.
 func TestInlineSendStallsHandOver(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
@@ -263,6 +265,63 @@ func TestInlineSendStallsHandOver(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatal("the collectives outlasted their 20 s")
 			}
+			// A rank's plan stalls at most once (the allreduce, and the
+			// barrier if it still fits): a stall is remembered, not paid
+			// every time. A rank whose partner handed off first may never
+			// stall, but some rank must.
+			total := 0
+			for r, c := range comms {
+				total += c.handoffs
+				if c.handoffs > 2 {
+					t.Errorf("rank %d: %d hand-offs in 3 rounds of 2 collectives, want at most 2", r, c.handoffs)
+				}
+			}
+			if total == 0 {
+				t.Error("no rank handed off: the test no longer makes inline sends block")
+			}
 		})
 	}
+}
+
+// TestInlineStallThenMismatch: ranks that disagree about a small
+// collective's length, with every inline send stalled and handed off,
+// fail with ErrMismatch, not a broken stream, and the Comms stay usable.
+func TestInlineStallThenMismatch(t *testing.T) {
+	const n = 2
+	cl := newCluster(t, n, nil)
+	rn := &rendezvousNet{credits: map[[2]transport.PeerID]int{}}
+	rn.cond = sync.NewCond(&rn.mu)
+	comms := make([]*Comm, n)
+	for r := range n {
+		cfg := testConfig(t, cl.ids, r)
+		cfg.CollectiveTimeout = 10 * time.Second
+		c, err := NewComm(rendezvous{Transport: cl.trs[r], self: cl.ids[r], net: rn}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			rn.cond.Broadcast()
+		}
+	}()
+	rng := rand.New(rand.NewPCG(2, 9))
+	testAllReduce[float32](t, comms, rng, wire.OpSum, 256) // both walkers: a new Comm
+	for r, err := range each(comms, func(r int, c *Comm) error {
+		return AllReduce(ctx, c, wire.OpSum, make([]float32, 256+r))
+	}) {
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
+		}
+	}
+	if comms[0].handoffs+comms[1].handoffs == 0 {
+		t.Fatal("no rank handed off: the mismatch was not met after a hand-off")
+	}
+	testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
+	testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
 }

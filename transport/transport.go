@@ -119,8 +119,9 @@ type Forgetter interface {
 // small collective's sends and receives on one goroutine: each hand-off
 // between goroutines costs a scheduler wake-up, which is most of a small
 // message's time on a busy machine. It is a hint, not a promise: a send
-// that blocks anyway costs the ring up to 200 ms, after which it moves
-// the receives to a second goroutine.
+// that blocks anyway costs the ring up to 200 ms once, after which it
+// moves the receives to a second goroutine and no longer runs a
+// collective that sends as much inline.
 type SendBufferer interface {
 	SendBuffer() int
 }
