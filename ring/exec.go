@@ -605,21 +605,10 @@ func (c *Comm) sender() {
 		o := &c.op
 		var err error
 		if o.stall.Load() == stallHanded {
-			err = o.walkRecvsFrom(int(o.recvFrom.Load()))
-			if err != nil {
-				// As run does for a failed receive walker: the sends
-				// stop before the next one, and one in flight gets
-				// stopGrace to finish its message.
-				o.stop.Store(true)
-				wake(o.recvWake)
-				grace := time.NewTimer(stopGrace)
-				select {
-				case <-o.sendsDone:
-				case <-grace.C:
-					c.ctx.cancel(errStopped)
-					<-o.sendsDone
-				}
-				grace.Stop()
+			// As run does for the receive walker: the sends end before
+			// this goroutine reports.
+			if err = o.walkRecvsFrom(int(o.recvFrom.Load())); err != nil {
+				c.stopSends(o.sendsDone)
 			} else {
 				<-o.sendsDone
 			}
@@ -807,16 +796,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	}
 	if sends {
 		if rerr != nil {
-			o.stop.Store(true)
-			wake(o.recvWake)
-			grace := time.NewTimer(stopGrace)
-			select {
-			case <-c.sendFin:
-			case <-grace.C:
-				c.ctx.cancel(errStopped)
-				<-c.sendFin
-			}
-			grace.Stop()
+			c.stopSends(c.sendFin)
 		} else {
 			<-c.sendFin
 		}
@@ -840,6 +820,24 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	err = c.translate(err, o)
 	c.fail(o, err)
 	return err
+}
+
+// stopSends ends the sends after the receives failed: they stop before
+// the next one, and one in flight gets stopGrace to finish its message,
+// so that the peer reads the abort marker that follows rather than a
+// broken stream. done yields once the sends have ended.
+func (c *Comm) stopSends(done <-chan struct{}) {
+	o := &c.op
+	o.stop.Store(true)
+	wake(o.recvWake)
+	grace := time.NewTimer(stopGrace)
+	select {
+	case <-done:
+	case <-grace.C:
+		c.ctx.cancel(errStopped)
+		<-done
+	}
+	grace.Stop()
 }
 
 // inlineMax caps inline collectives whatever the transport buffers: the

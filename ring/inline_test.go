@@ -226,6 +226,36 @@ func (r rendezvous) Recv(ctx context.Context, id transport.PeerID, ch transport.
 	return r.Transport.Recv(ctx, id, ch, buf)
 }
 
+// rendezvousComms makes n Comms over a rendezvous network, each with a
+// 10 s collective timeout: without the hand-off every inline collective
+// would time out. Until ctx ends, blocked sends are woken now and then
+// to look at their contexts.
+func rendezvousComms(t *testing.T, ctx context.Context, n int) []*Comm {
+	t.Helper()
+	cl := newCluster(t, n, nil)
+	rn := &rendezvousNet{credits: map[[2]transport.PeerID]int{}}
+	rn.cond = sync.NewCond(&rn.mu)
+	comms := make([]*Comm, n)
+	for r := range n {
+		cfg := testConfig(t, cl.ids, r)
+		cfg.CollectiveTimeout = 10 * time.Second
+		c, err := NewComm(rendezvous{Transport: cl.trs[r], self: cl.ids[r], net: rn}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			rn.cond.Broadcast()
+		}
+		rn.cond.Broadcast()
+	}()
+	return comms
+}
+
 // TestInlineSendStallsHandOver runs small collectives over a transport
 // whose sends block until the peer receives, though it claims to buffer
 // them: every rank's first send blocks, and the collectives still finish,
@@ -234,29 +264,9 @@ func (r rendezvous) Recv(ctx context.Context, id transport.PeerID, ch transport.
 func TestInlineSendStallsHandOver(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			cl := newCluster(t, n, nil)
-			rn := &rendezvousNet{credits: map[[2]transport.PeerID]int{}}
-			rn.cond = sync.NewCond(&rn.mu)
-			comms := make([]*Comm, n)
-			for r := range n {
-				cfg := testConfig(t, cl.ids, r)
-				cfg.CollectiveTimeout = 10 * time.Second // without the hand-off, every inline collective times out
-				c, err := NewComm(rendezvous{Transport: cl.trs[r], self: cl.ids[r], net: rn}, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close() })
-				comms[r] = c
-			}
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			go func() { // wake blocked sends now and then, to see ctx end
-				for ctx.Err() == nil {
-					time.Sleep(10 * time.Millisecond)
-					rn.cond.Broadcast()
-				}
-				rn.cond.Broadcast()
-			}()
+			comms := rendezvousComms(t, ctx, n)
 			rng := rand.New(rand.NewPCG(uint64(n), 5))
 			for range 3 { // the first runs with both walkers, the others inline
 				testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
@@ -287,29 +297,9 @@ func TestInlineSendStallsHandOver(t *testing.T) {
 // collective's length, with every inline send stalled and handed off,
 // fail with ErrMismatch, not a broken stream, and the Comms stay usable.
 func TestInlineStallThenMismatch(t *testing.T) {
-	const n = 2
-	cl := newCluster(t, n, nil)
-	rn := &rendezvousNet{credits: map[[2]transport.PeerID]int{}}
-	rn.cond = sync.NewCond(&rn.mu)
-	comms := make([]*Comm, n)
-	for r := range n {
-		cfg := testConfig(t, cl.ids, r)
-		cfg.CollectiveTimeout = 10 * time.Second
-		c, err := NewComm(rendezvous{Transport: cl.trs[r], self: cl.ids[r], net: rn}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		comms[r] = c
-	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-			rn.cond.Broadcast()
-		}
-	}()
+	comms := rendezvousComms(t, ctx, 2)
 	rng := rand.New(rand.NewPCG(2, 9))
 	testAllReduce[float32](t, comms, rng, wire.OpSum, 256) // both walkers: a new Comm
 	for r, err := range each(comms, func(r int, c *Comm) error {
