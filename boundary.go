@@ -127,7 +127,7 @@ func (w *Worker) boundary(ctx context.Context) (Change, error) {
 		return Change{}, w.settle(ctx, vs, err)
 	}
 	if p.reprobe {
-		if p.order, err = w.probeOrder(ctx, vs); err != nil {
+		if p.probed, err = w.probe(ctx, vs); err != nil {
 			return w.recoverOr(ctx, w.lost(vs, w.iter, err))
 		}
 	}
@@ -164,10 +164,10 @@ type boundaryPlan struct {
 	// that chose them; both LB-BSP only, with no view change.
 	shares []int
 	bst    balance.State
-	// reprobe says the links are measured again; order is the ring order
-	// the probes chose, nil if kept.
+	// reprobe says the links are measured again; probed is what the
+	// probes chose.
 	reprobe bool
-	order   []int
+	probed  probed
 	// nextCheck is the iteration whose boundary next checks the state.
 	nextCheck int64
 }
@@ -200,14 +200,12 @@ func (w *Worker) plan(vs *viewState, recs []record, known map[uint64]member, che
 
 // apply makes a boundary's plan the worker's state once its I/O is done.
 // A view change has installed its view, shares and iteration already
-// (changeView). Only setting the ring order can fail, with a closed view,
-// and it comes first.
+// (changeView). Only setting the ring order and the cost model can fail,
+// with a closed view, and that comes first.
 func (w *Worker) apply(vs *viewState, p boundaryPlan) error {
 	if !p.view.Changed {
-		if p.order != nil {
-			if err := vs.setOrder(p.order); err != nil {
-				return err
-			}
+		if err := vs.setProbed(p.probed); err != nil {
+			return err
 		}
 		w.iter = p.next
 		if p.shares != nil {

@@ -80,8 +80,8 @@ const (
 // Allreduce algorithms accepted by Config.Algo.
 const (
 	// AlgoAuto runs recursive doubling below the size from which the
-	// ring's cost model predicts the ring to be faster, the ring from
-	// there (ring.CostModel.Threshold).
+	// ring's cost model, measured by the view's link probes, predicts the
+	// ring to be faster, the ring from there (ring.CostModel.Threshold).
 	AlgoAuto = "auto"
 	// AlgoRing always runs the pipelined ring.
 	AlgoRing = "ring"
@@ -255,7 +255,9 @@ type Config struct {
 	// address order.
 	RingOrder string
 	// Algo is the allreduce algorithm: AlgoAuto (default) chooses by
-	// size; AlgoRing or AlgoDoubling pins one, so that the sums run in
+	// size, from a cost model fitted to what every view's link probes
+	// measured (View.CostModel, View.SmallBytes); AlgoRing or
+	// AlgoDoubling pins one and probes nothing for it, so that the sums run in
 	// the same order whatever the sizes and the model say (the result is
 	// bit-identical on every rank either way; pinning keeps it so from
 	// one run to the next).

@@ -3,22 +3,27 @@ package gyre
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
 
-// Link probes measure the speed of every link of a view, so that the ring
-// can be ordered to cross slow links rarely (ring.ChooseOrder). Each pair
-// of members exchanges probeBytes each way on transport.ChanProbe, once
-// per view: pairs meet in rounds of a round-robin tournament, every member
-// in at most one pair per round, so a view of n probes in n-1 or n rounds
-// and nobody's link is measured while it also carries another probe of
-// the same member. The sender of each direction times it, up to the
-// receiver's acknowledgement.
+// Link probes measure every link of a view: its speed, so that the ring
+// can be ordered to cross slow links rarely (ring.ChooseOrder), and its
+// latency, which with the speed and the reduction rate makes the cost
+// model that chooses between recursive doubling and the ring
+// (ring.FitCostModel). Each pair of members exchanges probeBytes each
+// way on transport.ChanProbe, then pingCount small round trips each way,
+// once per view: pairs meet in rounds of a round-robin tournament, every
+// member in at most one pair per round, so a view of n probes in n-1 or
+// n rounds and nobody's link is measured while it also carries another
+// probe of the same member. The sender of each direction times it, up to
+// the receiver's acknowledgement.
 
 const (
 	// probeBytes is what a probe sends each way: enough for a TCP or QUIC
@@ -27,12 +32,20 @@ const (
 	probeBytes = 4 << 20
 	// probeMessage is the size of one probe message.
 	probeMessage = 256 << 10
+	// pingCount is the number of round trips each side of a pair times
+	// for the latency: the median of 16 is past a first slow one (a
+	// cold path, a scheduler wakeup) and costs under a millisecond on a
+	// LAN.
+	pingCount = 16
 	// probeRoundTimeout bounds one pair's exchange: a link slower than
 	// about 1 MB/s is reported unknown, which ChooseOrder avoids as well.
 	probeRoundTimeout = 10 * time.Second
 	// minOrderedRing is the smallest view whose order matters: every ring
 	// of 3 or fewer members is the same ring.
 	minOrderedRing = 4
+	// reduceProbeBytes is the buffer the reduction rate is timed on: one
+	// default pipeline chunk, reduced on one core as the ring reduces it.
+	reduceProbeBytes = ring.DefaultChunkBytes
 )
 
 // reprobeEvery is how often, in iterations, a view that keeps its
@@ -42,60 +55,163 @@ const (
 // so that tests can shorten it.
 var reprobeEvery int64 = 1000
 
-// probeAck flags a probe's acknowledgement, as opposed to its payload.
-const probeAck = 1
+// Flags of probe messages: a probe's payload has none.
+const (
+	probeAck  = 1 // the receiver has the payload
+	probePing = 2 // a latency round trip's question
+	probePong = 3 // and its answer
+)
 
-// arrangeRing orders the current view's ring from probes of its links
-// (Config.RingOrder auto, 4 or more members): every member probes, the
-// speeds are allgathered on the control channel into one table, and every
-// member derives the same order from it. The order changes who passes to
-// whom on the data channel, never the ranks. It runs where no collective
+// probed is what a view's link probes chose: a ring order (nil: keep the
+// current one) and a cost model (nil: keep the current one).
+type probed struct {
+	order []int
+	model *ring.CostModel
+}
+
+// arrangeRing probes the current view's links and orders its ring and
+// sets its cost model from them (see probe). It runs where no collective
 // is in flight: in a new view before the state broadcast, and at a
 // boundary every reprobeEvery iterations.
 func (w *Worker) arrangeRing(ctx context.Context) error {
 	vs := w.cur
-	order, err := w.probeOrder(ctx, vs)
-	if err != nil || order == nil {
+	p, err := w.probe(ctx, vs)
+	if err != nil {
 		return err
 	}
-	return vs.setOrder(order)
+	return vs.setProbed(p)
 }
 
-// probeOrder measures vs's links and returns the ring order they give, or
-// nil if the ring keeps its order: a view smaller than minOrderedRing, or
-// RingOrder not auto, is never probed.
-func (w *Worker) probeOrder(ctx context.Context, vs *viewState) ([]int, error) {
+// probe measures vs's links and returns what they give: the ring order
+// under RingOrder auto with minOrderedRing or more members, the cost
+// model under Algo auto with 2 or more. Every member probes, the figures
+// are allgathered on the control channel into one table, and every
+// member derives the same order and model from it. The order changes who
+// passes to whom on the data channel, never the ranks.
+func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 	n := len(vs.ids)
-	if w.cfg.RingOrder != RingOrderAuto || n < minOrderedRing {
-		return nil, nil
+	ordering := w.cfg.RingOrder == RingOrderAuto && n >= minOrderedRing
+	tuning := w.cfg.Algo == AlgoAuto && n >= 2
+	if !ordering && !tuning {
+		return probed{}, nil
 	}
 	w.fail(FailProbe)
 	start := time.Now()
-	table := make([]int64, n*n)
-	copy(table[vs.rank*n:], w.probeLinks(ctx, vs))
-	if err := ring.AllGather(ctx, vs.ctrl, table); err != nil {
-		return nil, fmt.Errorf("gyre: gather the link probes: %w", err)
+	t, err := w.probeTable(ctx, vs)
+	if err != nil {
+		return probed{}, err
 	}
-	speed := make([][]int64, n)
-	for r := range speed {
-		speed[r] = table[r*n : (r+1)*n : (r+1)*n]
+	var p probed
+	order := vs.order
+	if ordering {
+		order, p.order = w.chooseOrder(vs, t.speeds())
+	}
+	if tuning {
+		m := ring.FitCostModel(t.probes(), order)
+		p.model = &m
+		w.log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
+			Int("small_bytes", m.Threshold(n)).Dur("took", time.Since(start)).Msg("cost model from link probes")
+	}
+	return p, nil
+}
+
+// chooseOrder returns the ring order speed gives, and it again as
+// changed if it differs from vs's current one (else nil).
+func (w *Worker) chooseOrder(vs *viewState, speed [][]int64) (order, changed []int) {
+	n := len(vs.ids)
+	order = ring.ChooseOrder(speed)
+	if vs.probed && slices.Equal(order, vs.order) {
+		w.log.Debug().Ints("order", vs.ringOrder()).Msg("ring order kept after link probes")
+		return order, nil
+	}
+	w.log.Info().Ints("order", order).Float64("slowest_link_mb_s", slowestLink(speed, order)/1e6).
+		Float64("address_order_slowest_mb_s", slowestLink(speed, ring.RankOrder(n))/1e6).
+		Msg("ring ordered from link probes")
+	return order, order
+}
+
+// probeTable is every member's probe figures, a row per rank: its send
+// speed to every rank (bytes per second), its latency to every rank
+// (nanoseconds), and its reduction rate (bytes per second); 0 where
+// unknown.
+type probeTable struct {
+	n    int
+	rows []int64
+}
+
+// row returns rank r's row.
+func (t probeTable) row(r int) []int64 {
+	w := 2*t.n + 1
+	return t.rows[r*w : (r+1)*w : (r+1)*w]
+}
+
+// speeds returns the speed table, [from][to].
+func (t probeTable) speeds() [][]int64 {
+	out := make([][]int64, t.n)
+	for r := range out {
+		out[r] = t.row(r)[:t.n]
+	}
+	return out
+}
+
+// probes returns the table as ring.Probes.
+func (t probeTable) probes() ring.Probes {
+	p := ring.Probes{Speed: make([][]float64, t.n), Latency: make([][]float64, t.n), Reduce: make([]float64, t.n)}
+	for r := range t.n {
+		row := t.row(r)
+		p.Speed[r], p.Latency[r] = make([]float64, t.n), make([]float64, t.n)
+		for j := range t.n {
+			p.Speed[r][j] = float64(row[j])
+			p.Latency[r][j] = float64(row[t.n+j]) / 1e9
+		}
+		p.Reduce[r] = float64(row[2*t.n])
+	}
+	return p
+}
+
+// probeTable measures this worker's links and reduction rate and
+// allgathers every member's figures on the control channel.
+func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, error) {
+	n := len(vs.ids)
+	t := probeTable{n: n, rows: make([]int64, n*(2*n+1))}
+	own := t.row(vs.rank)
+	w.probeLinks(ctx, vs, own[:n], own[n:2*n])
+	own[2*n] = reduceRate()
+	if err := ring.AllGather(ctx, vs.ctrl, t.rows); err != nil {
+		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
 	if e := w.log.Debug(); e.Enabled() {
 		rows := make([]string, n)
-		for r, row := range speed {
-			rows[r] = fmt.Sprint(mbPerSec(row))
+		for r := range n {
+			rows[r] = fmt.Sprint(mbPerSec(t.row(r)[:n]), " lat_us ", usOf(t.row(r)[n:2*n]))
 		}
-		e.Strs("mb_s", rows).Msg("link speeds, a row per sender")
+		e.Strs("links", rows).Msg("link speeds (MB/s) and latencies, a row per sender")
 	}
-	order := ring.ChooseOrder(speed)
-	if vs.probed && slices.Equal(order, vs.order) {
-		w.log.Debug().Ints("order", vs.ringOrder()).Dur("took", time.Since(start)).Msg("ring order kept after link probes")
-		return nil, nil
+	return t, nil
+}
+
+// reduceRate times a float32 sum of reduceProbeBytes on this core, in
+// bytes per second: the best of a few runs, as a run can only be slowed.
+func reduceRate() int64 {
+	dst, src := make([]byte, reduceProbeBytes), make([]byte, reduceProbeBytes)
+	best := time.Duration(math.MaxInt64)
+	for range 4 {
+		start := time.Now()
+		if err := kernels.ReduceBytes(kernels.Float32, kernels.OpSum, dst, src); err != nil {
+			return 0
+		}
+		best = min(best, time.Since(start))
 	}
-	w.log.Info().Ints("order", order).Float64("slowest_link_mb_s", slowestLink(speed, order)/1e6).
-		Float64("address_order_slowest_mb_s", slowestLink(speed, ring.RankOrder(n))/1e6).Dur("took", time.Since(start)).
-		Msg("ring ordered from link probes")
-	return order, nil
+	return int64(float64(reduceProbeBytes) / max(best, time.Microsecond).Seconds())
+}
+
+// usOf converts nanoseconds to whole microseconds, for logs.
+func usOf(ns []int64) []int64 {
+	out := make([]int64, len(ns))
+	for i, v := range ns {
+		out[i] = v / 1e3
+	}
+	return out
 }
 
 // mbPerSec converts speeds in bytes per second to whole MB/s, for logs.
@@ -121,12 +237,11 @@ func slowestLink(speed [][]int64, order []int) float64 {
 	return float64(slowest)
 }
 
-// probeLinks measures this worker's send speed to every other member of
-// vs, in bytes per second by rank (0 for itself and for a link whose probe
-// failed, which is logged).
-func (w *Worker) probeLinks(ctx context.Context, vs *viewState) []int64 {
+// probeLinks measures this worker's send speed (bytes per second) and
+// latency (nanoseconds) to every other member of vs into speed and
+// latency, by rank; a link whose probe failed keeps 0, and is logged.
+func (w *Worker) probeLinks(ctx context.Context, vs *viewState, speed, latency []int64) {
 	n := len(vs.ids)
-	speed := make([]int64, n)
 	buf := make([]byte, probeMessage)
 	for round := range probeRounds(n) {
 		peer := probePartner(n, vs.rank, round)
@@ -136,16 +251,15 @@ func (w *Worker) probeLinks(ctx context.Context, vs *viewState) []int64 {
 		p := prober{t: w.t, peer: vs.ids[peer], buf: buf,
 			hdr: wire.Header{Kind: wire.KindProbe, Epoch: vs.view.Epoch, Seq: uint64(w.iter), Step: uint32(round)}}
 		rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
-		s, err := p.exchange(rctx, vs.rank < peer)
+		s, l, err := p.exchange(rctx, vs.rank < peer)
 		cancel()
 		if err != nil {
 			w.log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(vs.ids[peer])).
 				Msg("link probe failed; the ring avoids the link")
 			continue
 		}
-		speed[peer] = s
+		speed[peer], latency[peer] = s, l.Nanoseconds()
 	}
-	return speed
 }
 
 // probeRounds is the number of rounds of n members' round-robin
@@ -189,19 +303,68 @@ type prober struct {
 }
 
 // exchange probes both directions, this side's first if first, and
-// returns this side's send speed in bytes per second.
-func (p prober) exchange(ctx context.Context, first bool) (int64, error) {
+// returns this side's send speed in bytes per second and its latency to
+// the peer.
+func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency time.Duration, err error) {
 	if first {
-		speed, err := p.send(ctx)
-		if err != nil {
+		if speed, err = p.send(ctx); err == nil {
+			err = p.receive(ctx)
+		}
+		if err == nil {
+			latency, err = p.ping(ctx)
+		}
+		if err == nil {
+			err = p.pong(ctx)
+		}
+		return speed, latency, err
+	}
+	if err = p.receive(ctx); err == nil {
+		speed, err = p.send(ctx)
+	}
+	if err == nil {
+		err = p.pong(ctx)
+	}
+	if err == nil {
+		latency, err = p.ping(ctx)
+	}
+	return speed, latency, err
+}
+
+// ping times pingCount round trips of an empty message and returns half
+// the median.
+func (p prober) ping(ctx context.Context) (time.Duration, error) {
+	rtts := make([]time.Duration, pingCount)
+	h := p.hdr
+	h.Flags = probePing
+	for i := range rtts {
+		h.Chunk = uint32(i)
+		start := time.Now()
+		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, nil); err != nil {
+			return 0, fmt.Errorf("gyre: ping %s: %w", p.peer, err)
+		}
+		if err := p.await(ctx, probePong); err != nil {
 			return 0, err
 		}
-		return speed, p.receive(ctx)
+		rtts[i] = time.Since(start)
 	}
-	if err := p.receive(ctx); err != nil {
-		return 0, err
+	slices.Sort(rtts)
+	return max(rtts[len(rtts)/2]/2, time.Nanosecond), nil
+}
+
+// pong answers the peer's pingCount pings.
+func (p prober) pong(ctx context.Context) error {
+	h := p.hdr
+	h.Flags = probePong
+	for i := range pingCount {
+		if err := p.await(ctx, probePing); err != nil {
+			return err
+		}
+		h.Chunk = uint32(i)
+		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, nil); err != nil {
+			return fmt.Errorf("gyre: answer the ping of %s: %w", p.peer, err)
+		}
 	}
-	return p.send(ctx)
+	return nil
 }
 
 // send sends probeBytes and times them up to the acknowledgement.
@@ -262,11 +425,17 @@ func (vs *viewState) ringOrder() []int {
 	return slices.Clone(vs.order)
 }
 
-// setOrder runs vs's ring in order, one that its link probes chose.
-func (vs *viewState) setOrder(order []int) error {
-	if err := vs.data.SetOrder(order); err != nil {
-		return err
+// setProbed runs vs's ring in the order its link probes chose, if they
+// chose one, with the cost model they gave, if any.
+func (vs *viewState) setProbed(p probed) error {
+	if p.order != nil {
+		if err := vs.data.SetOrder(p.order); err != nil {
+			return err
+		}
+		vs.order, vs.probed = p.order, true
 	}
-	vs.order, vs.probed = order, true
+	if p.model != nil {
+		return vs.data.SetCostModel(*p.model)
+	}
 	return nil
 }

@@ -74,6 +74,14 @@ type View struct {
 	// the first: rank order unless Config.RingOrder "auto" found links
 	// that another order crosses less often.
 	RingOrder []int
+	// CostModel is the data ring's cost model: the latency, bandwidth and
+	// reduction rate the view's link probes measured under Config.Algo
+	// "auto" (ring.DefaultCostModel's figures where they measured
+	// nothing, and under a pinned Algo).
+	CostModel ring.CostModel
+	// SmallBytes is the allreduce size from which the ring runs:
+	// recursive doubling runs below it (0: the ring throughout).
+	SmallBytes int
 }
 
 // Change is what a Boundary decided for the next iteration.
@@ -716,7 +724,8 @@ func (w *Worker) Iter() int64 { return w.iter }
 // View returns the current view.
 func (w *Worker) View() View {
 	v := w.cur.view
-	return View{Epoch: v.Epoch, Members: slices.Clone(v.Members), RingOrder: w.cur.ringOrder()}
+	return View{Epoch: v.Epoch, Members: slices.Clone(v.Members), RingOrder: w.cur.ringOrder(),
+		CostModel: w.cur.data.CostModel(), SmallBytes: w.cur.data.SmallBytes()}
 }
 
 // Shares returns the per-rank batch shares of the current iteration.

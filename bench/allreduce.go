@@ -64,6 +64,8 @@ type AllReduceRow struct {
 	Check     string  `json:"check"` // "OK", "BAD" or "-" when not checked
 	// Algo is the algorithm that ran: ring or recursive-doubling.
 	Algo string `json:"algo"`
+	// PredictedUS is the time the Comm's cost model predicts for it.
+	PredictedUS float64 `json:"predicted_us"`
 	// TimesUS holds each timed iteration's time, the slowest rank's.
 	TimesUS []float64 `json:"times_us"`
 }
@@ -82,9 +84,12 @@ type AllReduceReport struct {
 	RingOrder []int `json:"ring_order"`
 	// SmallBytes is the size from which the ring ran (recursive doubling
 	// below it; 0: the ring throughout).
-	SmallBytes int            `json:"small_bytes"`
-	Options    string         `json:"options"`
-	Rows       []AllReduceRow `json:"rows"`
+	SmallBytes int `json:"small_bytes"`
+	// Model is the cost model the algorithms were chosen by (the view's
+	// measured one under --algo auto).
+	Model   CostModel      `json:"cost_model"`
+	Options string         `json:"options"`
+	Rows    []AllReduceRow `json:"rows"`
 }
 
 // RunAllReduce runs the sweep on c. Each timed iteration is: barrier; t0;
@@ -97,6 +102,8 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
 			compressName(o.Compress), o.Warmup, o.Check)}
 	rep.SmallBytes = c.SmallBytes()
+	m := c.CostModel()
+	rep.Model = CostModel{AlphaUS: m.Alpha * 1e6, BetaGBps: m.Beta / 1e9, GammaGBps: m.Gamma / 1e9}
 	if rep.RingOrder = c.Order(); rep.RingOrder == nil {
 		rep.RingOrder = ring.RankOrder(c.Size())
 	}
@@ -116,6 +123,13 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 	return rep, nil
 }
 
+// CostModel is ring.CostModel in a report's units.
+type CostModel struct {
+	AlphaUS   float64 `json:"alpha_us"`
+	BetaGBps  float64 `json:"beta_gbps"`
+	GammaGBps float64 `json:"gamma_gbps"`
+}
+
 // SetCommand records the command line that produced the report.
 func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
 
@@ -124,9 +138,10 @@ func (r *AllReduceReport) SetCommand(cmd string) { r.Command = cmd }
 // by line.
 func (r AllReduceReport) WriteTable(w io.Writer) error {
 	m := r.Machine
-	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n# algorithms: %s\n", r.Command,
+	fmt.Fprintf(w, "# %s\n# date %s  host %s  %s/%s  cpus %d  %s\n# ranks %d  ring %s  %s\n# algorithms: %s\n"+
+		"# cost model: alpha %.1f us  beta %.3f GB/s  gamma %.3f GB/s\n", r.Command,
 		r.Date.UTC().Format(time.RFC3339), m.Host, m.OS, m.Arch, m.CPUs, m.Go, r.Ranks, ringString(r.RingOrder), r.Options,
-		r.algorithms())
+		r.algorithms(), r.Model.AlphaUS, r.Model.BetaGBps, r.Model.GammaGBps)
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s %5s %4s\n", "size_bytes", "count", "time_us(med)", "time_us(min)", "algbw", "busbw", "iters", "chk")
 	fmt.Fprintf(w, "%12s %11s %12s %12s %8s %8s\n", "", "("+r.DType+")", "", "", "GB/s", "GB/s")
 	for _, row := range r.Rows {
@@ -162,7 +177,8 @@ func ringString(order []int) string {
 func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {
 	n, rank := c.Size(), c.Rank()
 	es := int64(o.DType.Size())
-	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-", Algo: c.AllReduceAlgo(int(size)).String()}
+	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-", Algo: c.AllReduceAlgo(int(size)).String(),
+		PredictedUS: c.CostModel().AllReduce(c.Size(), int(size), c.SmallBytes()) * 1e6}
 	if row.Iters <= 0 {
 		row.Iters = DefaultIters(size)
 	}

@@ -3,6 +3,7 @@ package ring
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // Choose returns the allreduce algorithm for a buffer of lengthBytes bytes
@@ -53,8 +54,8 @@ type CostModel struct {
 // 64 KiB benchmark sizes (except 64 KiB at n = 3 and 5, where the ring's
 // 2(n-1) hops are few), the ring everything from 1 MiB. QUIC's α and β are
 // both about 4 to 10 times worse, so its αβ product and crossovers are
-// similar. The figures are to be replaced by
-// measured ones once the executor can autotune.
+// similar. A worker replaces them with the figures its view measures
+// (FitCostModel); the defaults stand for views that measured nothing.
 var DefaultCostModel = CostModel{Alpha: 20e-6, Beta: 2e9, Gamma: 4e9}
 
 // Ring returns the predicted time in seconds of a ring allreduce of bytes
@@ -115,4 +116,97 @@ func (m CostModel) doublingLine(n int) (fixed, perByte float64) {
 		hops, reduces = logp+2, logp+1
 	}
 	return float64(hops) * m.Alpha, float64(hops)/m.Beta + float64(reduces)/m.Gamma
+}
+
+// Validate reports a model whose figures are not all positive and
+// finite, as ErrInvalid.
+func (m CostModel) Validate() error {
+	for _, f := range []float64{m.Alpha, m.Beta, m.Gamma} {
+		if !(f > 0) || math.IsInf(f, 0) {
+			return invalid("cost model %+v: every figure must be positive and finite", m)
+		}
+	}
+	return nil
+}
+
+// AllReduce returns the predicted time in seconds of an allreduce of
+// bytes bytes over n ranks by the algorithm Choose picks at threshold.
+func (m CostModel) AllReduce(n, bytes, threshold int) float64 {
+	if Choose(n, bytes, threshold) == AlgoRecursiveDoubling {
+		return m.RecursiveDoubling(n, bytes)
+	}
+	return m.Ring(n, bytes)
+}
+
+// Probes are a view's measurements, indexed by rank, with 0 wherever a
+// figure is unknown (a failed probe, a rank's own link).
+type Probes struct {
+	// Speed[a][b] is the rate at which rank a sent to rank b, in bytes
+	// per second.
+	Speed [][]float64
+	// Latency[a][b] is the one-way latency from a to b in seconds: half
+	// the round trip of a small message.
+	Latency [][]float64
+	// Reduce[r] is rank r's reduction rate in bytes per second.
+	Reduce []float64
+}
+
+// FitCostModel returns the cost model of a ring through order (nil for
+// rank order) from p. The ring runs at the pace of its slowest link, so
+// Beta is the slowest of the ring's links and Alpha the longest of their
+// latencies; Gamma is the slowest rank's. Each link is taken at its better
+// direction, as ChooseOrder takes it: a probe is slowed by what else the
+// machine did, never sped up. Recursive doubling's pairs that the ring
+// does not join are assumed like the ring's links. A figure nothing
+// measured is DefaultCostModel's. The result depends on p and order
+// alone, so every rank that holds the same table fits the same model.
+func FitCostModel(p Probes, order []int) CostModel {
+	m := DefaultCostModel
+	n := len(p.Speed)
+	if order == nil {
+		order = RankOrder(n)
+	}
+	beta, alpha := math.Inf(1), 0.0
+	for i, a := range order {
+		b := order[(i+1)%len(order)]
+		if a == b {
+			continue
+		}
+		if s := max(at(p.Speed, a, b), at(p.Speed, b, a)); s > 0 {
+			beta = min(beta, s)
+		}
+		if l := quicker(at(p.Latency, a, b), at(p.Latency, b, a)); l > 0 {
+			alpha = max(alpha, l)
+		}
+	}
+	if !math.IsInf(beta, 1) {
+		m.Beta = beta
+	}
+	if alpha > 0 {
+		m.Alpha = alpha
+	}
+	if known := slices.DeleteFunc(slices.Clone(p.Reduce), func(g float64) bool { return !(g > 0) }); len(known) > 0 {
+		m.Gamma = slices.Min(known)
+	}
+	return m
+}
+
+// at returns t[a][b], 0 if t has no such entry.
+func at(t [][]float64, a, b int) float64 {
+	if a < len(t) && b < len(t[a]) && t[a][b] > 0 && !math.IsInf(t[a][b], 0) {
+		return t[a][b]
+	}
+	return 0
+}
+
+// quicker returns the smaller of two latencies, ignoring an unknown (0)
+// one.
+func quicker(x, y float64) float64 {
+	switch {
+	case x == 0:
+		return y
+	case y == 0:
+		return x
+	}
+	return min(x, y)
 }

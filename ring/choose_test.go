@@ -1,8 +1,11 @@
 package ring
 
 import (
+	"errors"
 	"math"
 	"testing"
+
+	"github.com/gyre-ml/gyre/internal/wire"
 )
 
 func TestChoose(t *testing.T) {
@@ -44,5 +47,124 @@ func TestChoose(t *testing.T) {
 	}
 	if got := (CostModel{Alpha: 1e-5, Beta: 1e9, Gamma: math.Inf(1)}).Threshold(2); got != math.MaxInt {
 		t.Errorf("free reduction at n=2: threshold %d, want MaxInt (recursive doubling always wins)", got)
+	}
+}
+
+// TestFitCostModel: the model takes the ring's slowest link at its better
+// direction, the longest latency among the ring's links at their quicker
+// direction, and the slowest rank's reduction; links off the ring and
+// unknown figures do not count, and a table that measured nothing gives
+// DefaultCostModel.
+func TestFitCostModel(t *testing.T) {
+	const n = 4
+	table := func() Probes {
+		p := Probes{Speed: make([][]float64, n), Latency: make([][]float64, n), Reduce: []float64{8e9, 6e9, 0, 9e9}}
+		for a := range n {
+			p.Speed[a], p.Latency[a] = make([]float64, n), make([]float64, n)
+			for b := range n {
+				if a != b {
+					p.Speed[a][b], p.Latency[a][b] = 2e9, 10e-6
+				}
+			}
+		}
+		return p
+	}
+	p := table()
+	// Link 1-2 is slow one way only, 2-3 is slow both ways, 0-2 is off
+	// the ring through 0, 1, 2, 3 and slower still.
+	p.Speed[1][2], p.Speed[2][3], p.Speed[3][2] = 1e8, 5e8, 6e8
+	p.Speed[0][2], p.Speed[2][0] = 1e6, 1e6
+	p.Latency[0][1], p.Latency[1][0] = 40e-6, 30e-6
+	p.Latency[0][2], p.Latency[2][0] = 1, 1
+	p.Latency[3][0] = 0 // unknown: 0-3's other direction counts
+	want := CostModel{Alpha: 30e-6, Beta: 6e8, Gamma: 6e9}
+	if got := FitCostModel(p, nil); got != want {
+		t.Errorf("rank order: %+v, want %+v", got, want)
+	}
+	// The ring through 0, 2, 1, 3 crosses 0-2.
+	if got := FitCostModel(p, []int{0, 2, 1, 3}); got.Beta != 1e6 || got.Alpha != 1 {
+		t.Errorf("ring 0 2 1 3: %+v, want Beta 1e6 and Alpha 1 from link 0-2", got)
+	}
+	empty := Probes{Speed: make([][]float64, n), Latency: make([][]float64, n), Reduce: make([]float64, n)}
+	for a := range n {
+		empty.Speed[a], empty.Latency[a] = make([]float64, n), make([]float64, n)
+	}
+	if got := FitCostModel(empty, nil); got != DefaultCostModel {
+		t.Errorf("nothing measured: %+v, want DefaultCostModel", got)
+	}
+	if got := FitCostModel(Probes{}, nil); got != DefaultCostModel {
+		t.Errorf("no members: %+v, want DefaultCostModel", got)
+	}
+	// A latency 100 times longer moves the threshold up at n = 2, where
+	// it is α·γ: the choice follows the slow link.
+	two := Probes{Speed: [][]float64{{0, 2e9}, {2e9, 0}}, Latency: [][]float64{{0, 10e-6}, {10e-6, 0}}, Reduce: []float64{8e9, 8e9}}
+	fast := FitCostModel(two, nil).Threshold(2)
+	two.Latency[0][1], two.Latency[1][0] = 1e-3, 1e-3
+	if slow := FitCostModel(two, nil).Threshold(2); slow < 50*fast {
+		t.Errorf("threshold %d with 1 ms links, %d with 10 µs: want it about 100 times larger", slow, fast)
+	}
+}
+
+func TestCostModelValidate(t *testing.T) {
+	if err := DefaultCostModel.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []CostModel{{}, {Alpha: 1e-5, Beta: 1e9}, {Alpha: -1, Beta: 1e9, Gamma: 1e9},
+		{Alpha: 1e-5, Beta: math.NaN(), Gamma: 1e9}, {Alpha: 1e-5, Beta: 1e9, Gamma: math.Inf(1)}} {
+		if err := m.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: Validate = %v, want ErrInvalid", m, err)
+		}
+	}
+}
+
+// TestSetCostModel: a model with slow links raises the size from which
+// the ring runs, on every rank alike, and the collectives that follow run
+// the algorithm it chose; with SmallBytes pinned the model changes
+// nothing but itself.
+func TestSetCostModel(t *testing.T) {
+	const n = 2
+	cl := newCluster(t, n, nil)
+	c := cl.comms[0]
+	if c.CostModel() != DefaultCostModel || c.SmallBytes() != DefaultCostModel.Threshold(n) {
+		t.Fatalf("new Comm: model %+v, small %d; want DefaultCostModel's", c.CostModel(), c.SmallBytes())
+	}
+	const size = 1 << 20
+	if c.AllReduceAlgo(size) != AlgoRing {
+		t.Fatalf("1 MiB runs %v by default, want the ring", c.AllReduceAlgo(size))
+	}
+	slow := CostModel{Alpha: 1e-3, Beta: 1e8, Gamma: 4e9}
+	if err := c.SetCostModel(CostModel{Alpha: 1e-3}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetCostModel of an incomplete model = %v, want ErrInvalid", err)
+	}
+	mustAll(t, each(cl.comms, func(r int, c *Comm) error { return c.SetCostModel(slow) }))
+	for r, c := range cl.comms {
+		if c.CostModel() != slow || c.SmallBytes() != slow.Threshold(n) || c.AllReduceAlgo(size) != AlgoRecursiveDoubling {
+			t.Fatalf("rank %d: model %+v, small %d, 1 MiB runs %v; want the slow model, threshold %d, recursive doubling",
+				r, c.CostModel(), c.SmallBytes(), c.AllReduceAlgo(size), slow.Threshold(n))
+		}
+	}
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+		for i := range bufs[r] {
+			bufs[r][i] = float32(r + i%7)
+		}
+	}
+	mustAll(t, each(cl.comms, func(r int, c *Comm) error { return AllReduce(t.Context(), c, wire.OpSum, bufs[r]) }))
+	for i, v := range bufs[1] {
+		if want := float32(1 + 2*(i%7)); v != want || bufs[0][i] != v {
+			t.Fatalf("element %d: %v and %v, want %v", i, bufs[0][i], v, want)
+		}
+	}
+	pinned := newCluster(t, n, func(c *Config) { c.SmallBytes = -1 })
+	if err := pinned.comms[0].SetCostModel(slow); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinned.comms[0]; got.SmallBytes() != 0 || got.CostModel() != slow {
+		t.Errorf("SmallBytes pinned to the ring: small %d, model %+v after SetCostModel; want 0 and the slow model", got.SmallBytes(), got.CostModel())
+	}
+	c.Close()
+	if err := c.SetCostModel(slow); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetCostModel on a closed Comm = %v, want ErrClosed", err)
 	}
 }

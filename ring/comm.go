@@ -48,8 +48,9 @@ type Config struct {
 	// ChunkBytes is the pipeline chunk size in bytes. Default 1 MiB.
 	ChunkBytes int
 	// SmallBytes is the allreduce size, in bytes, below which recursive
-	// doubling runs instead of the ring. 0 means DefaultCostModel's
-	// Threshold for len(Members); a negative value means always the ring.
+	// doubling runs instead of the ring. 0 means the cost model's
+	// Threshold for len(Members): DefaultCostModel's until SetCostModel
+	// gives a measured one. A negative value means always the ring.
 	SmallBytes int
 	// CollectiveTimeout bounds how long a collective may take, from the
 	// moment this rank enters it, while every member is alive: a late peer
@@ -247,6 +248,10 @@ type Comm struct {
 	handoffs    int  // inline collectives whose receives moved to the second walker
 	clean       bool // the last collective succeeded: no leftovers may fill the send buffers
 	shut        bool
+	// tune is the cost model and the size from which allreduce runs the
+	// ring; autoSmall says the size follows the model (SmallBytes 0).
+	tune      atomic.Pointer[tuning]
+	autoSmall bool
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
@@ -271,9 +276,11 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	autoSmall := cfg.SmallBytes == 0
 	cfg = cfg.withDefaults()
 	n := len(cfg.Members)
 	c := &Comm{
+		autoSmall: autoSmall,
 		t:         t,
 		cfg:       cfg,
 		members:   cfg.Members,
@@ -295,6 +302,7 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	if sb, ok := t.(transport.SendBufferer); ok {
 		c.sendBuffer = max(sb.SendBuffer(), 0)
 	}
+	c.tune.Store(&tuning{model: DefaultCostModel, small: cfg.SmallBytes})
 	c.inlineCap = math.MaxInt
 	c.op = op{c: c, sendsDone: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1)}
 	c.born = time.Now()
@@ -445,11 +453,45 @@ func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 
 // AllReduceAlgo returns the algorithm an allreduce of bytes bytes runs:
 // AlgoRecursiveDoubling below SmallBytes, else AlgoRing.
-func (c *Comm) AllReduceAlgo(bytes int) Algo { return Choose(len(c.members), bytes, c.cfg.SmallBytes) }
+func (c *Comm) AllReduceAlgo(bytes int) Algo {
+	return Choose(len(c.members), bytes, c.tune.Load().small)
+}
 
 // SmallBytes returns the allreduce size from which the ring runs
-// (Config.SmallBytes after defaults: 0 when it always runs).
-func (c *Comm) SmallBytes() int { return c.cfg.SmallBytes }
+// (Config.SmallBytes after defaults, or the threshold of the model
+// SetCostModel gave: 0 when the ring always runs).
+func (c *Comm) SmallBytes() int { return c.tune.Load().small }
+
+// tuning is what SetCostModel sets.
+type tuning struct {
+	model CostModel
+	small int
+}
+
+// CostModel returns the model the Comm predicts with: DefaultCostModel
+// until SetCostModel gives another.
+func (c *Comm) CostModel() CostModel { return c.tune.Load().model }
+
+// SetCostModel makes m the Comm's cost model and, if Config.SmallBytes
+// was 0, makes m.Threshold the size from which allreduce runs the ring.
+// Every member must make the same change between the same two
+// collectives, from the same measurements (FitCostModel), as for SetOrder:
+// ranks that chose different algorithms fail with ErrMismatch.
+func (c *Comm) SetCostModel(m CostModel) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	t := &tuning{model: m, small: c.tune.Load().small}
+	if c.autoSmall {
+		t.small = m.Threshold(len(c.members))
+	}
+	c.tune.Store(t)
+	return nil
+}
 
 // AllReduce replaces data, a buffer of dtype elements, with the reduction
 // by op of every member's data, in place. Every rank ends bit-identical.
