@@ -3,6 +3,7 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,12 +17,14 @@ import (
 
 // TestAutotuneSameChoice: 3 workers over real QUIC measure their links at
 // Join, and every one fits the same cost model from the gathered table
-// and so chooses the same size from which the ring runs. Allreduces on
-// either side of it then run, the same algorithm on every rank (ranks
+// and so chooses the same size from which the ring runs, and the same
+// compression at every size under Compress auto. Allreduces on either
+// side of the threshold then run, the same algorithm on every rank (ranks
 // that chose differently fail with a mismatch), to the exact sum.
 func TestAutotuneSameChoice(t *testing.T) {
 	const n = 3
-	c := gyretest.MakeCluster(t, gyretest.Options{N: n, Transport: gyretest.QUIC})
+	c := gyretest.MakeCluster(t, gyretest.Options{N: n, Transport: gyretest.QUIC,
+		Config: func(_ int, c *gyre.Config) { c.Compress = gyre.CompressAuto }})
 	views := make([]gyre.View, n)
 	for r, w := range c.Workers {
 		views[r] = w.View()
@@ -38,6 +41,19 @@ func TestAutotuneSameChoice(t *testing.T) {
 	}
 	if want := views[0].CostModel.Threshold(n); views[0].SmallBytes != want {
 		t.Fatalf("ring from %d bytes, the model's threshold is %d", views[0].SmallBytes, want)
+	}
+	compressions := make([][]wire.DType, n)
+	for r, w := range c.Workers {
+		comm, err := w.Comm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for size := 4 << 10; size <= 256<<20; size *= 4 {
+			compressions[r] = append(compressions[r], comm.AutoCompression(size))
+		}
+		if !slices.Equal(compressions[r], compressions[0]) {
+			t.Fatalf("compression by size from 4 KiB: rank %d %v, rank 0 %v", r, compressions[r], compressions[0])
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -276,7 +276,10 @@ type Config struct {
 	// halving the bytes; the sums still accumulate in float32, and every
 	// worker ends with the same values, rounded to the wire format. Every
 	// worker must use the same setting. Default "" (none); "none" also
-	// means none.
+	// means none. CompressAuto sends a bucket as bf16 only where the
+	// view's measured cost model predicts it clearly faster (a link much
+	// slower than the encoder), the same choice on every worker; on
+	// loopback or a fast LAN it sends float32.
 	Compress string
 
 	// CheckpointDir, if set, is the directory this worker writes
@@ -540,9 +543,13 @@ func (c Config) checkView() []error {
 	return errs
 }
 
-// compressions maps Config.Compress onto wire types; DTypeBytes is none.
+// CompressAuto is Config.Compress's choice by the cost model.
+const CompressAuto = "auto"
+
+// compressions maps Config.Compress onto wire types; DTypeBytes is none,
+// and CompressAuto chooses per bucket.
 var compressions = map[string]wire.DType{"": wire.DTypeBytes, "none": wire.DTypeBytes,
-	"bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16}
+	"bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16, CompressAuto: wire.DTypeBytes}
 
 // dataAddrFromBad reports whether the defaulted DataAddr came from an
 // address that is reported bad itself: Listen (listenErr) or this rank's
@@ -607,7 +614,7 @@ func (c Config) checkBatch(userShares bool) []error {
 		errs = append(errs, fmt.Errorf("PeerTimeout %v: want at least %v", c.PeerTimeout, MinPeerTimeout))
 	}
 	if _, ok := compressions[c.Compress]; !ok {
-		errs = append(errs, fmt.Errorf("Compress %q: want bf16, fp16 or none", c.Compress))
+		errs = append(errs, fmt.Errorf("Compress %q: want bf16, fp16, auto or none", c.Compress))
 	}
 	if c.BucketBytes < 0 {
 		errs = append(errs, fmt.Errorf("BucketBytes %d is negative", c.BucketBytes))

@@ -86,7 +86,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Algo, "algo", c.Algo, "allreduce algorithm: auto (recursive doubling for small buffers, the ring for large), ring or doubling (empty: auto)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
-	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16 (empty: none)")
+	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16, or auto: bf16 only where the measured links are slow enough to gain (empty: none)")
 	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout,
 		"how long Join waits for the seeds, admission and --min-workers (0: 5m)")
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout,

@@ -91,7 +91,7 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 	n := len(vs.ids)
 	ordering := w.cfg.RingOrder == RingOrderAuto && n >= minOrderedRing
-	tuning := w.cfg.Algo == AlgoAuto && n >= 2
+	tuning := (w.cfg.Algo == AlgoAuto || w.cfg.Compress == CompressAuto) && n >= 2
 	if !ordering && !tuning {
 		return probed{}, nil
 	}
@@ -110,7 +110,8 @@ func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 		m := ring.FitCostModel(t.probes(), order)
 		p.model = &m
 		w.log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
-			Int("small_bytes", m.Threshold(n)).Dur("took", time.Since(start)).Msg("cost model from link probes")
+			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
+			Dur("took", time.Since(start)).Msg("cost model from link probes")
 	}
 	return p, nil
 }
@@ -132,16 +133,29 @@ func (w *Worker) chooseOrder(vs *viewState, speed [][]int64) (order, changed []i
 
 // probeTable is every member's probe figures, a row per rank: its send
 // speed to every rank (bytes per second), its latency to every rank
-// (nanoseconds), and its reduction rate (bytes per second); 0 where
-// unknown.
+// (nanoseconds), then its kernel rates (kernelRates, bytes per second);
+// 0 where unknown.
 type probeTable struct {
 	n    int
 	rows []int64
 }
 
+// Kernel rates at the end of a probe table's row.
+const (
+	rateReduce = iota // float32 sum
+	rateEncode        // float32 to bf16
+	rateDecode        // bf16 summed into float32
+	kernelRates
+)
+
+// newProbeTable returns an empty table for n members.
+func newProbeTable(n int) probeTable {
+	return probeTable{n: n, rows: make([]int64, n*(2*n+kernelRates))}
+}
+
 // row returns rank r's row.
 func (t probeTable) row(r int) []int64 {
-	w := 2*t.n + 1
+	w := 2*t.n + kernelRates
 	return t.rows[r*w : (r+1)*w : (r+1)*w]
 }
 
@@ -156,27 +170,30 @@ func (t probeTable) speeds() [][]int64 {
 
 // probes returns the table as ring.Probes.
 func (t probeTable) probes() ring.Probes {
-	p := ring.Probes{Speed: make([][]float64, t.n), Latency: make([][]float64, t.n), Reduce: make([]float64, t.n)}
-	for r := range t.n {
+	n := t.n
+	p := ring.Probes{Speed: make([][]float64, n), Latency: make([][]float64, n),
+		Reduce: make([]float64, n), Encode: make([]float64, n), Decode: make([]float64, n)}
+	for r := range n {
 		row := t.row(r)
-		p.Speed[r], p.Latency[r] = make([]float64, t.n), make([]float64, t.n)
-		for j := range t.n {
+		p.Speed[r], p.Latency[r] = make([]float64, n), make([]float64, n)
+		for j := range n {
 			p.Speed[r][j] = float64(row[j])
-			p.Latency[r][j] = float64(row[t.n+j]) / 1e9
+			p.Latency[r][j] = float64(row[n+j]) / 1e9
 		}
-		p.Reduce[r] = float64(row[2*t.n])
+		rates := row[2*n:]
+		p.Reduce[r], p.Encode[r], p.Decode[r] = float64(rates[rateReduce]), float64(rates[rateEncode]), float64(rates[rateDecode])
 	}
 	return p
 }
 
-// probeTable measures this worker's links and reduction rate and
-// allgathers every member's figures on the control channel.
+// probeTable measures this worker's links and kernels and allgathers
+// every member's figures on the control channel.
 func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, error) {
 	n := len(vs.ids)
-	t := probeTable{n: n, rows: make([]int64, n*(2*n+1))}
+	t := newProbeTable(n)
 	own := t.row(vs.rank)
 	w.probeLinks(ctx, vs, own[:n], own[n:2*n])
-	own[2*n] = reduceRate()
+	measureKernels(own[2*n:])
 	if err := ring.AllGather(ctx, vs.ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
@@ -190,19 +207,32 @@ func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, err
 	return t, nil
 }
 
-// reduceRate times a float32 sum of reduceProbeBytes on this core, in
-// bytes per second: the best of a few runs, as a run can only be slowed.
-func reduceRate() int64 {
-	dst, src := make([]byte, reduceProbeBytes), make([]byte, reduceProbeBytes)
-	best := time.Duration(math.MaxInt64)
-	for range 4 {
-		start := time.Now()
-		if err := kernels.ReduceBytes(kernels.Float32, kernels.OpSum, dst, src); err != nil {
-			return 0
-		}
-		best = min(best, time.Since(start))
+// measureKernels times, on this core, the kernels the cost model needs
+// over reduceProbeBytes of float32, into rates (bytes of float32 per
+// second, 0 if a kernel failed): the best of a few runs each, as a run
+// can only be slowed.
+func measureKernels(rates []int64) {
+	x, y := make([]float32, reduceProbeBytes/4), make([]float32, reduceProbeBytes/4)
+	half := make([]uint16, len(x))
+	runs := [kernelRates]func() error{
+		rateReduce: func() error { return kernels.Reduce(kernels.OpSum, x, y) },
+		rateEncode: func() error { return kernels.EncodeBF16(half, x) },
+		rateDecode: func() error { return kernels.ReduceBF16(kernels.OpSum, x, half) },
 	}
-	return int64(float64(reduceProbeBytes) / max(best, time.Microsecond).Seconds())
+	for k, run := range runs {
+		best := time.Duration(math.MaxInt64)
+		for range 4 {
+			start := time.Now()
+			if err := run(); err != nil {
+				best = 0
+				break
+			}
+			best = min(best, time.Since(start))
+		}
+		if best > 0 {
+			rates[k] = int64(float64(reduceProbeBytes) / max(best, time.Microsecond).Seconds())
+		}
+	}
 }
 
 // usOf converts nanoseconds to whole microseconds, for logs.

@@ -65,7 +65,7 @@ func (w *Worker) newViewState(epoch uint64, members []member, rank int, shares [
 		vs.close()
 		return nil, err
 	}
-	fc.Compress = compressions[w.cfg.Compress]
+	fc.Compress, fc.AutoCompress = compressions[w.cfg.Compress], w.cfg.Compress == CompressAuto
 	if vs.f32, err = ring.NewFuser[float32](vs.data, fc); err != nil {
 		vs.close()
 		return nil, err

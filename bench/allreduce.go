@@ -28,15 +28,24 @@ type AllReduceOptions struct {
 	// Compress is the wire compression, DTypeBF16 or DTypeFP16, for a
 	// float32 DType only; the zero value, DTypeBytes, means none.
 	Compress wire.DType
+	// AutoCompress, with Compress none, compresses each size as the
+	// Comm's cost model chooses (ring.Comm.AutoCompression).
+	AutoCompress bool
 }
 
 // Validate checks the options that do not depend on the ring.
 func (o AllReduceOptions) Validate() error {
 	switch o.Compress {
 	case wire.DTypeBytes:
+		if o.AutoCompress && o.DType != wire.DTypeFloat32 {
+			return fmt.Errorf("bench: automatic compression needs float32 data, not %s", o.DType)
+		}
 	case wire.DTypeBF16, wire.DTypeFP16:
 		if o.DType != wire.DTypeFloat32 {
 			return fmt.Errorf("bench: %s compression needs float32 data, not %s", o.Compress, o.DType)
+		}
+		if o.AutoCompress {
+			return fmt.Errorf("bench: automatic compression and %s at once", o.Compress)
 		}
 	default:
 		return fmt.Errorf("bench: unknown compression %s", o.Compress)
@@ -64,6 +73,8 @@ type AllReduceRow struct {
 	Check     string  `json:"check"` // "OK", "BAD" or "-" when not checked
 	// Algo is the algorithm that ran: ring or recursive-doubling.
 	Algo string `json:"algo"`
+	// Compress is the wire compression that ran: none, bf16 or fp16.
+	Compress string `json:"compress"`
 	// PredictedUS is the time the Comm's cost model predicts for it.
 	PredictedUS float64 `json:"predicted_us"`
 	// TimesUS holds each timed iteration's time, the slowest rank's.
@@ -77,7 +88,8 @@ type AllReduceReport struct {
 	Machine Machine   `json:"machine"`
 	Ranks   int       `json:"ranks"`
 	DType   string    `json:"dtype"`
-	// Compress is the wire compression: none, bf16 or fp16.
+	// Compress is the wire compression: none, bf16, fp16 or auto (each
+	// row's Compress says what ran).
 	Compress string `json:"compress"`
 	// RingOrder is the ranks in the order the ring ran through them (the
 	// view's choice, Comm.Order; rank order if it chose none).
@@ -97,13 +109,18 @@ type AllReduceReport struct {
 // row reports the slowest rank, and its median, as nccl-tests and the
 // reference peers do. Every rank returns the same report.
 func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllReduceReport, error) {
+	compress := compressName(o.Compress)
+	if o.AutoCompress {
+		compress = "auto"
+	}
 	rep := AllReduceReport{Date: time.Now(), Ranks: c.Size(), Machine: ThisMachine(), DType: o.DType.String(),
-		Compress: compressName(o.Compress),
+		Compress: compress,
 		Options: fmt.Sprintf("op %s  dtype %s  compress %s  warmup %d  check %v", o.Op, o.DType,
-			compressName(o.Compress), o.Warmup, o.Check)}
+			compress, o.Warmup, o.Check)}
 	rep.SmallBytes = c.SmallBytes()
 	m := c.CostModel()
-	rep.Model = CostModel{AlphaUS: m.Alpha * 1e6, BetaGBps: m.Beta / 1e9, GammaGBps: m.Gamma / 1e9}
+	rep.Model = CostModel{AlphaUS: m.Alpha * 1e6, BetaGBps: m.Beta / 1e9, GammaGBps: m.Gamma / 1e9,
+		EncodeGBps: m.Encode / 1e9, DecodeGBps: m.Decode / 1e9}
 	if rep.RingOrder = c.Order(); rep.RingOrder == nil {
 		rep.RingOrder = ring.RankOrder(c.Size())
 	}
@@ -125,9 +142,11 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 
 // CostModel is ring.CostModel in a report's units.
 type CostModel struct {
-	AlphaUS   float64 `json:"alpha_us"`
-	BetaGBps  float64 `json:"beta_gbps"`
-	GammaGBps float64 `json:"gamma_gbps"`
+	AlphaUS    float64 `json:"alpha_us"`
+	BetaGBps   float64 `json:"beta_gbps"`
+	GammaGBps  float64 `json:"gamma_gbps"`
+	EncodeGBps float64 `json:"encode_gbps"`
+	DecodeGBps float64 `json:"decode_gbps"`
 }
 
 // SetCommand records the command line that produced the report.
@@ -177,8 +196,17 @@ func ringString(order []int) string {
 func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {
 	n, rank := c.Size(), c.Rank()
 	es := int64(o.DType.Size())
+	wt := o.Compress
+	if o.AutoCompress {
+		wt = c.AutoCompression(int(size))
+	}
+	m := c.CostModel()
+	predict := m.AllReduce
+	if wt != wire.DTypeBytes {
+		predict = m.AllReduceBF16 // fp16's kernels are slower; the model has bf16's
+	}
 	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-", Algo: c.AllReduceAlgo(int(size)).String(),
-		PredictedUS: c.CostModel().AllReduce(c.Size(), int(size), c.SmallBytes()) * 1e6}
+		Compress: compressName(wt), PredictedUS: predict(n, int(size), c.SmallBytes()) * 1e6}
 	if row.Iters <= 0 {
 		row.Iters = DefaultIters(size)
 	}
@@ -186,12 +214,12 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 	if err := fillPattern(o.DType, buf, rank); err != nil {
 		return row, err
 	}
-	if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
+	if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, wt); err != nil {
 		return row, err
 	}
 	if o.Check {
 		ok := int32(1)
-		if !checkPattern(o.DType, o.Op, o.Compress, buf, n) {
+		if !checkPattern(o.DType, o.Op, wt, buf, n) {
 			ok = 0
 		}
 		flag := []int32{ok}
@@ -201,7 +229,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 		row.Check = map[bool]string{true: "OK", false: "BAD"}[flag[0] == 1]
 	}
 	for range o.Warmup {
-		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
+		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, wt); err != nil {
 			return row, err
 		}
 	}
@@ -211,7 +239,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 			return row, err
 		}
 		t0 := time.Now()
-		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, o.Compress); err != nil {
+		if err := c.AllReduceCompressed(ctx, o.DType, o.Op, buf, wt); err != nil {
 			return row, err
 		}
 		times[i] = float64(time.Since(t0)) / float64(time.Microsecond)

@@ -27,6 +27,10 @@ type FuserConfig struct {
 	// wire.DTypeBF16 or wire.DTypeFP16 (see Comm.AllReduceCompressed), for
 	// a Fuser[float32] only. The zero value, wire.DTypeBytes, means none.
 	Compress wire.DType
+	// AutoCompress, with Compress none, chooses each bucket's compression
+	// by its size from the Comm's cost model: bf16 or none
+	// (Comm.AutoCompression). For a Fuser[float32] only.
+	AutoCompress bool
 }
 
 // Validate checks the configuration.
@@ -38,6 +42,9 @@ func (cfg *FuserConfig) Validate() error {
 	case wire.OpNone, wire.OpSum, wire.OpMin, wire.OpMax, wire.OpAvg:
 	default:
 		return invalid("unknown op %v", cfg.Op)
+	}
+	if cfg.AutoCompress && cfg.Compress != wire.DTypeBytes {
+		return invalid("automatic compression and %v compression at once", cfg.Compress)
 	}
 	_, err := codecOf(cfg.Compress)
 	return err
@@ -143,8 +150,8 @@ func NewFuser[T float32 | float64](c *Comm, cfg FuserConfig) (*Fuser[T], error) 
 		cfg.Op = wire.OpSum
 	}
 	var z T
-	if cfg.Compress != wire.DTypeBytes && wireDType[T]() != wire.DTypeFloat32 {
-		return nil, invalid("%v compression of %v buckets", cfg.Compress, wireDType[T]())
+	if (cfg.Compress != wire.DTypeBytes || cfg.AutoCompress) && wireDType[T]() != wire.DTypeFloat32 {
+		return nil, invalid("compression of %v buckets", wireDType[T]())
 	}
 	f := &Fuser[T]{c: c, cfg: cfg, es: int(unsafe.Sizeof(z)), wake: make(chan struct{}, 1)}
 	f.life, f.stop = context.WithCancel(context.Background())
@@ -302,7 +309,11 @@ func (f *Fuser[T]) reduce(b *bucket[T]) error {
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	defer context.AfterFunc(f.life, cancel)()
-	if err := f.c.AllReduceCompressed(ctx, wireDType[T](), f.cfg.Op, kernels.Bytes(buf), f.cfg.Compress); err != nil {
+	wt := f.cfg.Compress
+	if f.cfg.AutoCompress {
+		wt = f.c.AutoCompression(len(buf) * f.es)
+	}
+	if err := f.c.AllReduceCompressed(ctx, wireDType[T](), f.cfg.Op, kernels.Bytes(buf), wt); err != nil {
 		return err
 	}
 	off = 0

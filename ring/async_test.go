@@ -254,10 +254,13 @@ func TestFuserWaitCancel(t *testing.T) {
 
 func TestFuserInvalid(t *testing.T) {
 	cl := newCluster(t, 1, nil)
-	for _, cfg := range []FuserConfig{{BucketBytes: -1}, {Op: wire.Op(200)}} {
+	for _, cfg := range []FuserConfig{{BucketBytes: -1}, {Op: wire.Op(200)}, {AutoCompress: true, Compress: wire.DTypeBF16}} {
 		if _, err := NewFuser[float32](cl.comms[0], cfg); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: got %v, want ErrInvalid", cfg, err)
 		}
+	}
+	if _, err := NewFuser[float64](cl.comms[0], FuserConfig{AutoCompress: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("automatic compression of float64: got %v, want ErrInvalid", err)
 	}
 	if _, err := NewFuser[float32](nil, FuserConfig{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("nil comm: got %v, want ErrInvalid", err)
@@ -289,5 +292,43 @@ func TestFuserClose(t *testing.T) {
 	}
 	if err := fs[1].AllReduceAsync(t.Context(), []float32{1}).Wait(t.Context()); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// TestFuserAutoCompress: with automatic compression a 1 MiB bucket goes
+// as bf16 where the Comm's cost model has a 1 Gbit/s link, and as float32
+// where it has loopback's: a sum bf16 cannot hold comes back rounded in
+// the first case, exact in the second, on every rank alike.
+func TestFuserAutoCompress(t *testing.T) {
+	const n, elems = 2, 1 << 18
+	loopback := CostModel{Alpha: 14e-6, Beta: 2.4e9, Gamma: 30e9, Encode: 4e9, Decode: 8e9}
+	gbit := loopback
+	gbit.Alpha, gbit.Beta = 100e-6, 0.125e9
+	const x = 1 + 1.0/1024 // each rank's value; the sum 2 + 2⁻⁹ needs 10 bits
+	for _, tc := range []struct {
+		name  string
+		model CostModel
+		want  float32
+	}{{"loopback", loopback, 2 * x}, {"1gbit", gbit, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCluster(t, n, nil)
+			mustAll(t, each(cl.comms, func(r int, c *Comm) error { return c.SetCostModel(tc.model) }))
+			fs := newFusers[float32](t, cl.comms, FuserConfig{AutoCompress: true})
+			mustAll(t, each(cl.comms, func(r int, c *Comm) error {
+				g := make([]float32, elems)
+				for i := range g {
+					g[i] = x
+				}
+				h := fs[r].AllReduceAsync(t.Context(), g)
+				fs[r].Flush(t.Context())
+				if err := h.Wait(t.Context()); err != nil {
+					return err
+				}
+				if g[0] != tc.want || g[elems-1] != tc.want {
+					t.Errorf("rank %d: %v .. %v, want %v", r, g[0], g[elems-1], tc.want)
+				}
+				return nil
+			}))
+		})
 	}
 }

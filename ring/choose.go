@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+
+	"github.com/gyre-ml/gyre/internal/wire"
 )
 
 // Choose returns the allreduce algorithm for a buffer of lengthBytes bytes
@@ -43,6 +45,10 @@ type CostModel struct {
 	Beta float64
 	// Gamma is the reduction rate in bytes per second.
 	Gamma float64
+	// Encode is the rate at which float32 data is rounded to bf16 for
+	// the wire, and Decode the rate at which bf16 from the wire is reduced
+	// into float32, both in float32 bytes per second (see Compression).
+	Encode, Decode float64
 }
 
 // DefaultCostModel holds figures a prototype measured on the project's
@@ -56,7 +62,10 @@ type CostModel struct {
 // both about 4 to 10 times worse, so its αβ product and crossovers are
 // similar. A worker replaces them with the figures its view measures
 // (FitCostModel); the defaults stand for views that measured nothing.
-var DefaultCostModel = CostModel{Alpha: 20e-6, Beta: 2e9, Gamma: 4e9}
+//
+// Encode and Decode are the bf16 kernels' rates on one core of the same
+// machine (kernels' BenchmarkHalf1MiB, in float32 bytes).
+var DefaultCostModel = CostModel{Alpha: 20e-6, Beta: 2e9, Gamma: 4e9, Encode: 4e9, Decode: 8e9}
 
 // Ring returns the predicted time in seconds of a ring allreduce of bytes
 // bytes over n ranks.
@@ -110,18 +119,24 @@ func (m CostModel) doublingLine(n int) (fixed, perByte float64) {
 	if n <= 1 {
 		return 0, 0
 	}
-	logp := bits.Len(uint(n)) - 1
-	hops, reduces := logp, logp
-	if n != 1<<logp {
-		hops, reduces = logp+2, logp+1
-	}
+	hops, reduces := doublingSteps(n)
 	return float64(hops) * m.Alpha, float64(hops)/m.Beta + float64(reduces)/m.Gamma
+}
+
+// doublingSteps returns how many whole-buffer exchanges recursive
+// doubling makes over n ranks, and how many of them it reduces.
+func doublingSteps(n int) (hops, reduces int) {
+	logp := bits.Len(uint(n)) - 1
+	if n != 1<<logp {
+		return logp + 2, logp + 1
+	}
+	return logp, logp
 }
 
 // Validate reports a model whose figures are not all positive and
 // finite, as ErrInvalid.
 func (m CostModel) Validate() error {
-	for _, f := range []float64{m.Alpha, m.Beta, m.Gamma} {
+	for _, f := range []float64{m.Alpha, m.Beta, m.Gamma, m.Encode, m.Decode} {
 		if !(f > 0) || math.IsInf(f, 0) {
 			return invalid("cost model %+v: every figure must be positive and finite", m)
 		}
@@ -138,6 +153,52 @@ func (m CostModel) AllReduce(n, bytes, threshold int) float64 {
 	return m.Ring(n, bytes)
 }
 
+// compressGain is how much faster than the uncompressed allreduce the
+// model must predict the bf16 one to be for Compression to choose it. The
+// model leaves out what compression costs besides its kernels (a send
+// walker that encodes and sends in turn, the cache the scratch buffers
+// take): on loopback, where it predicts bf16 at 0.94 of the uncompressed
+// speed, bf16 ran at 0.55 to 0.67. At 0.75 it compresses on links slower
+// than about 1 GB/s with the default rates, such as a 1 Gbit/s link,
+// where bf16 measured 1.8 to 1.9 times as fast.
+const compressGain = 0.75
+
+// AllReduceBF16 returns the predicted time in seconds of an allreduce of
+// bytes float32 bytes over n ranks, by the algorithm Choose picks at
+// threshold, with the data on the wire as bf16: half the bytes, an encode
+// before every send, and a bf16 reduction or decode after every receive,
+// pipelined with the transfers as the float32 reduction is. Encoding is
+// not overlapped with sending, as the send walker does one, then the
+// other.
+func (m CostModel) AllReduceBF16(n, bytes, threshold int) float64 {
+	if n <= 1 {
+		return 0
+	}
+	s := float64(bytes)
+	wire := 1 / (2 * m.Beta)
+	if Choose(n, bytes, threshold) == AlgoRecursiveDoubling {
+		fixed, _ := m.doublingLine(n)
+		hops, reduces := doublingSteps(n)
+		return fixed + s*(float64(hops)*(wire+1/m.Encode)+float64(reduces)/m.Decode)
+	}
+	fixed, _ := m.ringLine(n)
+	f := float64(n-1) / float64(n)
+	return fixed + f*s*(2/m.Encode+2*max(wire, 1/m.Decode))
+}
+
+// Compression returns the wire type Comm.AutoCompression gives an
+// allreduce of bytes float32 bytes over n ranks at threshold:
+// wire.DTypeBF16 where the model predicts it at most compressGain of the
+// uncompressed time, else wire.DTypeBytes (none). It depends on the model
+// and its arguments alone, so every rank with the same model chooses
+// alike.
+func (m CostModel) Compression(n, bytes, threshold int) wire.DType {
+	if n > 1 && m.AllReduceBF16(n, bytes, threshold) <= compressGain*m.AllReduce(n, bytes, threshold) {
+		return wire.DTypeBF16
+	}
+	return wire.DTypeBytes
+}
+
 // Probes are a view's measurements, indexed by rank, with 0 wherever a
 // figure is unknown (a failed probe, a rank's own link).
 type Probes struct {
@@ -149,6 +210,8 @@ type Probes struct {
 	Latency [][]float64
 	// Reduce[r] is rank r's reduction rate in bytes per second.
 	Reduce []float64
+	// Encode[r] and Decode[r] are rank r's bf16 rates (CostModel).
+	Encode, Decode []float64
 }
 
 // FitCostModel returns the cost model of a ring through order (nil for
@@ -185,10 +248,19 @@ func FitCostModel(p Probes, order []int) CostModel {
 	if alpha > 0 {
 		m.Alpha = alpha
 	}
-	if known := slices.DeleteFunc(slices.Clone(p.Reduce), func(g float64) bool { return !(g > 0) }); len(known) > 0 {
-		m.Gamma = slices.Min(known)
-	}
+	slowest(&m.Gamma, p.Reduce)
+	slowest(&m.Encode, p.Encode)
+	slowest(&m.Decode, p.Decode)
 	return m
+}
+
+// slowest sets *rate to the smallest known (positive, finite) rate of
+// rates, if there is one.
+func slowest(rate *float64, rates []float64) {
+	known := slices.DeleteFunc(slices.Clone(rates), func(g float64) bool { return !(g > 0) || math.IsInf(g, 0) })
+	if len(known) > 0 {
+		*rate = slices.Min(known)
+	}
 }
 
 // at returns t[a][b], 0 if t has no such entry.

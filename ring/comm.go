@@ -462,6 +462,15 @@ func (c *Comm) AllReduceAlgo(bytes int) Algo {
 // SetCostModel gave: 0 when the ring always runs).
 func (c *Comm) SmallBytes() int { return c.tune.Load().small }
 
+// AutoCompression returns the wire type of an allreduce of bytes float32
+// bytes under automatic compression: bf16 where the Comm's cost model
+// predicts it clearly faster, else none (CostModel.Compression). Every
+// rank with the same model (SetCostModel) chooses alike.
+func (c *Comm) AutoCompression(bytes int) wire.DType {
+	t := c.tune.Load()
+	return t.model.Compression(len(c.members), bytes, t.small)
+}
+
 // tuning is what SetCostModel sets.
 type tuning struct {
 	model CostModel

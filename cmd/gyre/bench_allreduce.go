@@ -74,7 +74,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 	f.IntVar(&fl.iters, "iters", 0, "timed allreduces per size (default 20 below 16M, 10 at or above)")
 	f.StringVar(&fl.op, "op", "sum", "reduction: sum, min, max or avg")
 	f.StringVar(&fl.dtype, "dtype", "float32", "element type: float32, float64, int32 or int64")
-	f.StringVar(&fl.compress, "compress", "none", "wire compression of float32 data: none, bf16 or fp16")
+	f.StringVar(&fl.compress, "compress", "none", "wire compression of float32 data: none, bf16, fp16 or auto (bf16 where the measured cost model predicts a gain)")
 	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
 	f.StringVar(&fl.ringOrder, "ring-order", "", "ring order: auto (probe the links, cross slow ones rarely) or fixed (address order) (empty: the job's, auto by default)")
@@ -100,12 +100,13 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 	if !ok {
 		return bench.AllReduceOptions{}, fmt.Errorf("--dtype %q: want float32, float64, int32 or int64", fl.dtype)
 	}
-	compressions := map[string]wire.DType{"none": wire.DTypeBytes, "bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16}
+	compressions := map[string]wire.DType{"none": wire.DTypeBytes, "bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16, gyre.CompressAuto: wire.DTypeBytes}
 	compress, ok := compressions[strings.ToLower(fl.compress)]
 	if !ok {
-		return bench.AllReduceOptions{}, fmt.Errorf("--compress %q: want none, bf16 or fp16", fl.compress)
+		return bench.AllReduceOptions{}, fmt.Errorf("--compress %q: want none, bf16, fp16 or auto", fl.compress)
 	}
-	if compress != wire.DTypeBytes && dt != wire.DTypeFloat32 {
+	auto := strings.ToLower(fl.compress) == gyre.CompressAuto
+	if (compress != wire.DTypeBytes || auto) && dt != wire.DTypeFloat32 {
 		return bench.AllReduceOptions{}, fmt.Errorf("--compress %s needs --dtype float32, not %s", fl.compress, fl.dtype)
 	}
 	if op == wire.OpAvg && (dt == wire.DTypeInt32 || dt == wire.DTypeInt64) {
@@ -130,7 +131,7 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 		}
 	}
 	return bench.AllReduceOptions{Sizes: sizes, Warmup: fl.warmup, Iters: fl.iters, Op: op, DType: dt, Check: fl.check,
-		Compress: compress}, nil
+		Compress: compress, AutoCompress: auto}, nil
 }
 
 // allReduceLaunch starts the workers, then prints rank 0's report without
@@ -219,6 +220,9 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	}
 	if fl.algo != "" {
 		cfg.Algo = fl.algo
+	}
+	if o.AutoCompress {
+		cfg.Compress = gyre.CompressAuto // the view measures the cost model even with --algo pinned
 	}
 	w, err := gyre.Join(ctx, cfg)
 	if err != nil {
