@@ -17,9 +17,9 @@ import (
 // can be ordered to cross slow links rarely (ring.ChooseOrder), and its
 // latency, which with the speed and the reduction rate makes the cost
 // model that chooses between recursive doubling and the ring
-// (ring.FitCostModel). Each pair of members exchanges probeBytes each
-// way on transport.ChanProbe, then pingCount small round trips each way,
-// once per view: pairs meet in rounds of a round-robin tournament, every
+// (ring.FitCostModel). Each pair of members sends probeBytes both ways
+// at once on transport.ChanProbe, then times pingCount small round trips
+// each way, once per view: pairs meet in rounds of a round-robin tournament, every
 // member in at most one pair per round, so a view of n probes in n-1 or
 // n rounds and nobody's link is measured while it also carries another
 // probe of the same member. The sender of each direction times it, up to
@@ -272,13 +272,13 @@ func slowestLink(speed [][]int64, order []int) float64 {
 // latency, by rank; a link whose probe failed keeps 0, and is logged.
 func (w *Worker) probeLinks(ctx context.Context, vs *viewState, speed, latency []int64) {
 	n := len(vs.ids)
-	buf := make([]byte, probeMessage)
+	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
 	for round := range probeRounds(n) {
 		peer := probePartner(n, vs.rank, round)
 		if peer < 0 {
 			continue
 		}
-		p := prober{t: w.t, peer: vs.ids[peer], buf: buf,
+		p := prober{t: w.t, peer: vs.ids[peer], buf: buf, rbuf: rbuf,
 			hdr: wire.Header{Kind: wire.KindProbe, Epoch: vs.view.Epoch, Seq: uint64(w.iter), Step: uint32(round)}}
 		rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
 		s, l, err := p.exchange(rctx, vs.rank < peer)
@@ -329,34 +329,28 @@ type prober struct {
 	t    transport.Transport
 	peer transport.PeerID
 	hdr  wire.Header // Kind, Epoch, Seq (generation) and Step (round)
-	buf  []byte
+	buf  []byte      // what this side sends
+	rbuf []byte      // what it receives
 }
 
-// exchange probes both directions, this side's first if first, and
-// returns this side's send speed in bytes per second and its latency to
-// the peer.
+// exchange times the latency, this side's pings first if first, then
+// probes both directions at once, and returns this side's send speed in
+// bytes per second and its latency to the peer. The round trips come
+// first because they leave the two sides in step, within a round trip of
+// each other: a side that started the bulk probe while its peer was still
+// busy elsewhere would count the wait as transfer time.
 func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency time.Duration, err error) {
 	if first {
-		if speed, err = p.send(ctx); err == nil {
-			err = p.receive(ctx)
-		}
-		if err == nil {
-			latency, err = p.ping(ctx)
-		}
-		if err == nil {
+		if latency, err = p.ping(ctx); err == nil {
 			err = p.pong(ctx)
 		}
-		return speed, latency, err
-	}
-	if err = p.receive(ctx); err == nil {
-		speed, err = p.send(ctx)
-	}
-	if err == nil {
-		err = p.pong(ctx)
-	}
-	if err == nil {
+	} else if err = p.pong(ctx); err == nil {
 		latency, err = p.ping(ctx)
 	}
+	if err != nil {
+		return 0, 0, err
+	}
+	speed, err = p.both(ctx)
 	return speed, latency, err
 }
 
@@ -397,47 +391,82 @@ func (p prober) pong(ctx context.Context) error {
 	return nil
 }
 
-// send sends probeBytes and times them up to the acknowledgement.
-func (p prober) send(ctx context.Context) (int64, error) {
+// both sends probeBytes to the peer while the peer sends as many back,
+// as an allreduce's links carry data both ways at once, and returns this
+// side's send speed: probeBytes over the time from the first send to the
+// peer's acknowledgement. (One way at a time, loopback TCP measured
+// twice the speed an allreduce gets from it.) The payloads go from a
+// goroutine of their own while this one reads the peer's payloads and
+// acknowledgement, the only reader of the probe channel.
+func (p prober) both(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const count = probeBytes / probeMessage
 	start := time.Now()
-	for i := range probeBytes / probeMessage {
-		h := p.hdr
-		h.Chunk = uint32(i)
-		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf); err != nil {
-			return 0, fmt.Errorf("gyre: probe %s: %w", p.peer, err)
+	sent := make(chan error, 1)
+	go func() {
+		for i := range count {
+			h := p.hdr
+			h.Chunk = uint32(i)
+			if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf); err != nil {
+				sent <- fmt.Errorf("gyre: probe %s: %w", p.peer, err)
+				return
+			}
+		}
+		sent <- nil
+	}()
+	got, elapsed, err := 0, time.Duration(0), error(nil)
+	for err == nil && (got < count || elapsed == 0) {
+		var h wire.Header
+		if h, _, err = p.t.Recv(ctx, p.peer, transport.ChanProbe, p.rbuf); err != nil {
+			err = fmt.Errorf("gyre: probe of %s: %w", p.peer, err)
+			break
+		}
+		if !p.ours(h) {
+			continue
+		}
+		switch {
+		case h.Flags == 0 && got < count:
+			if got++; got == count {
+				ack := p.hdr
+				ack.Flags = probeAck
+				if err = p.t.Send(ctx, p.peer, transport.ChanProbe, ack, nil); err != nil {
+					err = fmt.Errorf("gyre: acknowledge the probe of %s: %w", p.peer, err)
+				}
+			}
+		case h.Flags == probeAck && elapsed == 0:
+			elapsed = max(time.Since(start), time.Microsecond)
+		default:
+			err = fmt.Errorf("gyre: probe of %s out of step: flags %d after %d payloads", p.peer, h.Flags, got)
 		}
 	}
-	if err := p.await(ctx, probeAck); err != nil {
+	if err != nil {
+		cancel()
+	}
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	if err != nil {
 		return 0, err
 	}
-	elapsed := max(time.Since(start), time.Microsecond)
 	return int64(float64(probeBytes) / elapsed.Seconds()), nil
 }
 
-// receive takes the peer's probeBytes and acknowledges them.
-func (p prober) receive(ctx context.Context) error {
-	for range probeBytes / probeMessage {
-		if err := p.await(ctx, 0); err != nil {
-			return err
-		}
-	}
-	h := p.hdr
-	h.Flags = probeAck
-	if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, nil); err != nil {
-		return fmt.Errorf("gyre: acknowledge the probe of %s: %w", p.peer, err)
-	}
-	return nil
+// ours reports whether h belongs to this exchange (as opposed to a
+// leftover of an earlier probe).
+func (p prober) ours(h wire.Header) bool {
+	return h.Kind == wire.KindProbe && h.Epoch == p.hdr.Epoch && h.Seq == p.hdr.Seq && h.Step == p.hdr.Step
 }
 
 // await reads the next message of this exchange with the given flags,
 // skipping those of other probes.
 func (p prober) await(ctx context.Context, flags uint8) error {
 	for {
-		h, _, err := p.t.Recv(ctx, p.peer, transport.ChanProbe, p.buf)
+		h, _, err := p.t.Recv(ctx, p.peer, transport.ChanProbe, p.rbuf)
 		if err != nil {
 			return fmt.Errorf("gyre: probe of %s: %w", p.peer, err)
 		}
-		if h.Kind == wire.KindProbe && h.Epoch == p.hdr.Epoch && h.Seq == p.hdr.Seq && h.Step == p.hdr.Step {
+		if p.ours(h) {
 			if h.Flags != flags {
 				return fmt.Errorf("gyre: probe of %s out of step: flags %d, want %d", p.peer, h.Flags, flags)
 			}

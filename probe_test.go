@@ -1,8 +1,18 @@
 package gyre
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
 )
 
 // TestProbePartners: in the probe tournament every pair of members meets
@@ -36,5 +46,84 @@ func TestProbePartners(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// probePair returns two probers of one exchange, a and b, over a mem
+// network whose links both ways are l.
+func probePair(t *testing.T, l mem.Link) (a, b prober) {
+	t.Helper()
+	net := mem.NewNetwork(1)
+	ids := []transport.PeerID{"a", "b"}
+	trs := make([]*mem.Transport, 2)
+	for i, id := range ids {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	for i, tr := range trs {
+		if err := tr.Connect(t.Context(), ids[1-i], string(ids[1-i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net.SetLink(ids[0], ids[1], l)
+	net.SetLink(ids[1], ids[0], l)
+	hdr := wire.Header{Kind: wire.KindProbe, Epoch: 3, Seq: 7, Step: 1}
+	mk := func(i int) prober {
+		return prober{t: trs[i], peer: ids[1-i], hdr: hdr, buf: make([]byte, probeMessage), rbuf: make([]byte, probeMessage)}
+	}
+	return mk(0), mk(1)
+}
+
+// TestProbeExchange: two sides of a probe measure a speed and a latency
+// that follow the link, skipping a leftover of an earlier round; a side
+// whose peer never shows up fails by its deadline, and leaves no
+// goroutine behind.
+func TestProbeExchange(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const delay = 5 * time.Millisecond
+	a, b := probePair(t, mem.Link{Delay: delay})
+	stale := a.hdr
+	stale.Step = 0 // an earlier round's payload, cut off by its deadline
+	if err := b.t.Send(t.Context(), b.peer, transport.ChanProbe, stale, b.buf[:100]); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		speed   int64
+		latency time.Duration
+		err     error
+	}
+	res := make([]result, 2)
+	var wg sync.WaitGroup
+	for i, p := range []prober{a, b} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			res[i].speed, res[i].latency, res[i].err = p.exchange(ctx, i == 0)
+		})
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.err != nil {
+			t.Fatalf("side %d: %v", i, r.err)
+		}
+		// Every message waits delay, so probeBytes take at least one
+		// delay: a speed above probeBytes/delay would be wrong.
+		if r.speed <= 0 || r.speed > int64(float64(probeBytes)/delay.Seconds()) {
+			t.Errorf("side %d: speed %d B/s, want above 0 and at most %d", i, r.speed, int64(float64(probeBytes)/delay.Seconds()))
+		}
+		if r.latency < delay || r.latency > 20*delay {
+			t.Errorf("side %d: latency %v over a link that delays %v", i, r.latency, delay)
+		}
+	}
+
+	lone, _ := probePair(t, mem.Link{})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, _, err := lone.exchange(ctx, true); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a probe with no peer: %v, want the deadline", err)
 	}
 }
