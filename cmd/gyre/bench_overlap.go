@@ -128,6 +128,11 @@ func (c *cli) overlapWorker(cmd *cobra.Command, fl overlapFlags, o bench.Overlap
 		return err
 	}
 	cfg.GlobalBatch = fl.batch
+	// Equal shares throughout: the modes' iterations are not a training
+	// load (the comm mode computes nothing, the compute mode waits for no
+	// gradient), and LB-BSP fed their compute times drove the shares to
+	// [1 6143], which left nothing to overlap on one rank.
+	cfg.Balance = gyre.BalanceStatic
 	cfg.BucketBytes = fl.bucketBytes
 	if cfg.BucketBytes == 0 {
 		cfg.BucketBytes = o.LargestGradBytes()
