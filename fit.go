@@ -38,6 +38,10 @@ func jobSettings(cfg Config, staticShares []int) []setting {
 		{"RingOrder (--ring-order)", cfg.RingOrder},
 		{"BucketBytes (--bucket-bytes)", strconv.Itoa(bucket)},
 		{"Compress (--compress)", compress},
+		// Algo decides whether a view probes its links, and which
+		// algorithm runs at which size: ranks that differ would wait in
+		// different collectives.
+		{"Algo (--algo)", cmp.Or(cfg.Algo, AlgoAuto)},
 	}
 	if staticShares != nil {
 		parts := make([]string, len(staticShares))

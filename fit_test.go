@@ -92,7 +92,7 @@ func TestMisfitPastTheDescribedEntries(t *testing.T) {
 func TestSettingsDigestCoversEverySetting(t *testing.T) {
 	base := digestSettings(jobSettings(Config{}.WithDefaults(), nil))
 	for _, c := range []Config{{GlobalBatch: 7}, {RNGSeed: 1}, {DatasetSize: 5}, {Balance: BalanceStatic},
-		{BalanceAllowZero: true}, {RingOrder: RingOrderFixed}, {BucketBytes: 1024}, {Compress: "fp16"}} {
+		{BalanceAllowZero: true}, {RingOrder: RingOrderFixed}, {BucketBytes: 1024}, {Compress: "fp16"}, {Algo: AlgoRing}} {
 		if digestSettings(jobSettings(c.WithDefaults(), nil)) == base {
 			t.Errorf("%+v: same digest as the defaults", c)
 		}

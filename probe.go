@@ -17,9 +17,9 @@ import (
 // can be ordered to cross slow links rarely (ring.ChooseOrder), and its
 // latency, which with the speed and the reduction rate makes the cost
 // model that chooses between recursive doubling and the ring
-// (ring.FitCostModel). Each pair of members sends probeBytes both ways
-// at once on transport.ChanProbe, then times pingCount small round trips
-// each way, once per view: pairs meet in rounds of a round-robin tournament, every
+// (ring.FitCostModel). Each pair of members times pingCount small round
+// trips each way on transport.ChanProbe, then sends probeBytes both ways
+// at once, once per view: pairs meet in rounds of a round-robin tournament, every
 // member in at most one pair per round, so a view of n probes in n-1 or
 // n rounds and nobody's link is measured while it also carries another
 // probe of the same member. The sender of each direction times it, up to
@@ -37,9 +37,14 @@ const (
 	// cold path, a scheduler wakeup) and costs under a millisecond on a
 	// LAN.
 	pingCount = 16
-	// probeRoundTimeout bounds one pair's exchange: a link slower than
-	// about 1 MB/s is reported unknown, which ChooseOrder avoids as well.
+	// probeRoundTimeout bounds one pair's exchange. A link whose probe
+	// fails is taken at failedProbeSpeed.
 	probeRoundTimeout = 10 * time.Second
+	// failedProbeSpeed is the speed of a link whose probe failed: at
+	// most probeBytes in probeRoundTimeout, about 0.4 MB/s. Taking it as
+	// that slow, rather than unknown, makes ChooseOrder avoid the link and
+	// the cost model count it as the ring's slowest.
+	failedProbeSpeed = int64(probeBytes / (probeRoundTimeout / time.Second))
 	// minOrderedRing is the smallest view whose order matters: every ring
 	// of 3 or fewer members is the same ring.
 	minOrderedRing = 4
@@ -269,7 +274,9 @@ func slowestLink(speed [][]int64, order []int) float64 {
 
 // probeLinks measures this worker's send speed (bytes per second) and
 // latency (nanoseconds) to every other member of vs into speed and
-// latency, by rank; a link whose probe failed keeps 0, and is logged.
+// latency, by rank. A link whose probe failed is logged and taken at
+// failedProbeSpeed, with its latency if the round trips were timed
+// before the failure (else 0, unknown).
 func (w *Worker) probeLinks(ctx context.Context, vs *viewState, speed, latency []int64) {
 	n := len(vs.ids)
 	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
@@ -286,7 +293,7 @@ func (w *Worker) probeLinks(ctx context.Context, vs *viewState, speed, latency [
 		if err != nil {
 			w.log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(vs.ids[peer])).
 				Msg("link probe failed; the ring avoids the link")
-			continue
+			s = failedProbeSpeed
 		}
 		speed[peer], latency[peer] = s, l.Nanoseconds()
 	}
@@ -338,7 +345,8 @@ type prober struct {
 // bytes per second and its latency to the peer. The round trips come
 // first because they leave the two sides in step, within a round trip of
 // each other: a side that started the bulk probe while its peer was still
-// busy elsewhere would count the wait as transfer time.
+// busy elsewhere would count the wait as transfer time. On failure the
+// latency is returned if it was timed.
 func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency time.Duration, err error) {
 	if first {
 		if latency, err = p.ping(ctx); err == nil {
@@ -348,7 +356,7 @@ func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency 
 		latency, err = p.ping(ctx)
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, latency, err
 	}
 	speed, err = p.both(ctx)
 	return speed, latency, err

@@ -75,9 +75,9 @@ type View struct {
 	// that another order crosses less often.
 	RingOrder []int
 	// CostModel is the data ring's cost model: the latency, bandwidth and
-	// reduction rate the view's link probes measured under Config.Algo
-	// "auto" (ring.DefaultCostModel's figures where they measured
-	// nothing, and under a pinned Algo).
+	// kernel rates the view's link probes measured under Config.Algo or
+	// Compress "auto" (ring.DefaultCostModel's figures where they
+	// measured nothing, or when neither is auto).
 	CostModel ring.CostModel
 	// SmallBytes is the allreduce size from which the ring runs:
 	// recursive doubling runs below it (0: the ring throughout).

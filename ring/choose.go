@@ -154,13 +154,14 @@ func (m CostModel) AllReduce(n, bytes, threshold int) float64 {
 }
 
 // compressGain is how much faster than the uncompressed allreduce the
-// model must predict the bf16 one to be for Compression to choose it. The
-// model leaves out what compression costs besides its kernels (a send
-// walker that encodes and sends in turn, the cache the scratch buffers
-// take): on loopback, where it predicts bf16 at 0.94 of the uncompressed
-// speed, bf16 ran at 0.55 to 0.67. At 0.75 it compresses on links slower
-// than about 1 GB/s with the default rates, such as a 1 Gbit/s link,
-// where bf16 measured 1.8 to 1.9 times as fast.
+// model must predict the bf16 one to be for Compression to choose it.
+// The margin is for the probes' noise: on loopback, with the rates the
+// probes measured there, the model puts bf16 at 0.42 to 1.04 of the
+// uncompressed speed as the measured link speed runs from 2.5 down to
+// 1.1 GB/s, where bf16 ran at 0.55 to 0.67. At 0.75, large buffers are
+// compressed on links slower than about a quarter of the encode rate
+// (0.5 to 0.6 GB/s with those rates), such as a 1 Gbit/s link, where
+// bf16 measured 1.8 to 1.9 times as fast.
 const compressGain = 0.75
 
 // AllReduceBF16 returns the predicted time in seconds of an allreduce of
