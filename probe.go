@@ -19,11 +19,11 @@ import (
 // model that chooses between recursive doubling and the ring
 // (ring.FitCostModel). Each pair of members times pingCount small round
 // trips each way on transport.ChanProbe, then sends probeBytes both ways
-// at once, once per view: pairs meet in rounds of a round-robin tournament, every
-// member in at most one pair per round, so a view of n probes in n-1 or
-// n rounds and nobody's link is measured while it also carries another
-// probe of the same member. The sender of each direction times it, up to
-// the receiver's acknowledgement.
+// at once, once per view. Pairs meet in rounds of a round-robin
+// tournament, every member in at most one pair per round, so a view of n
+// probes in n-1 or n rounds and nobody's link is measured while it also
+// carries another probe of the same member. The sender of each direction
+// times it, up to the receiver's acknowledgement.
 
 const (
 	// probeBytes is what a probe sends each way: enough for a TCP or QUIC
@@ -89,7 +89,7 @@ func (w *Worker) arrangeRing(ctx context.Context) error {
 
 // probe measures vs's links and returns what they give: the ring order
 // under RingOrder auto with minOrderedRing or more members, the cost
-// model under Algo auto with 2 or more. Every member probes, the figures
+// model under Algo or Compress auto with 2 or more. Every member probes, the figures
 // are allgathered on the control channel into one table, and every
 // member derives the same order and model from it. The order changes who
 // passes to whom on the data channel, never the ranks.
