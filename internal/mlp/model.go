@@ -40,6 +40,7 @@ type Model struct {
 	grads  [][]float64
 	train  workspace // Forward's activations, kept for Backward
 	eval   workspace // Accuracy's scratch, so evaluating never clobbers train
+	procs  int       // goroutines per matrix product; 0: gonum's GOMAXPROCS
 }
 
 // workspace holds one batch's activations. a[0] is the input, a[l+1] the
@@ -101,6 +102,15 @@ func NewLinear(seed uint64) *Model {
 	}
 	return m
 }
+
+// SetProcs bounds the goroutines each matrix product runs on, the caller's
+// included; procs <= 0 (the default) lets gonum run up to GOMAXPROCS. A
+// trainer leaves CPU to the transport with SetProcs(ComputeProcs()).
+// Results do not depend on procs: every setting sums in the same order.
+func (m *Model) SetProcs(procs int) { m.procs = max(procs, 0) }
+
+// Procs returns the bound SetProcs set (0: gonum's own, GOMAXPROCS).
+func (m *Model) Procs() int { return m.procs }
 
 // Sizes returns the layer sizes.
 func (m *Model) Sizes() []int { return append([]int(nil), m.sizes...) }
@@ -167,7 +177,7 @@ func (m *Model) forward(ws *workspace, x []float64, labels []int) (float64, erro
 		// z = a·W + 1·bᵀ: gonum's Dgemm runs blocks in goroutines for large
 		// shapes, but each output block sums over k in a fixed order, so
 		// the result depends only on the shapes, never on scheduling.
-		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
+		gemm(m.procs, blas.NoTrans, blas.NoTrans,
 			general(n, in, ws.a[l]), general(in, out, w), 1, general(n, out, z))
 		if l < last {
 			m.activate(z)
@@ -258,7 +268,7 @@ func (m *Model) Backward(onLayer func(layer int, grad []float64)) {
 		g := m.grads[l]
 		gw, gb := g[:in*out], g[in*out:]
 		// dW = aᵀ·delta; db = column sums of delta, row by row in order.
-		blas64.Gemm(blas.Trans, blas.NoTrans, 1,
+		gemm(m.procs, blas.Trans, blas.NoTrans,
 			general(n, in, ws.a[l]), general(n, out, delta), 0, general(in, out, gw))
 		clear(gb)
 		for r := 0; r < n; r++ {
@@ -274,7 +284,7 @@ func (m *Model) Backward(onLayer func(layer int, grad []float64)) {
 		}
 		// The delta for layer l−1's output: (delta·Wᵀ) ⊙ act'(a[l]).
 		next := grow(other, n*in)
-		blas64.Gemm(blas.NoTrans, blas.Trans, 1,
+		gemm(m.procs, blas.NoTrans, blas.Trans,
 			general(n, out, delta), general(in, out, m.params[l][:in*out]), 0, general(n, in, next))
 		h := ws.a[l]
 		switch m.act {
