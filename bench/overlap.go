@@ -58,6 +58,9 @@ type OverlapOptions struct {
 	// ModelSeed draws the initial weights (rank 0's are broadcast);
 	// DataSeed is the synthetic dataset's.
 	ModelSeed, DataSeed uint64
+	// ComputeProcs bounds the goroutines of the model's matrix products
+	// (mlp.Model.SetProcs); 0 lets gonum use every GOMAXPROCS.
+	ComputeProcs int
 }
 
 // Validate reports options that cannot run.
@@ -70,6 +73,9 @@ func (o OverlapOptions) Validate() error {
 		if h <= 0 {
 			errs = append(errs, fmt.Errorf("bench: overlap: hidden width %d is not positive", h))
 		}
+	}
+	if o.ComputeProcs < 0 {
+		errs = append(errs, fmt.Errorf("bench: overlap: compute procs %d is negative", o.ComputeProcs))
 	}
 	if o.Warmup < 0 || o.Iters <= 0 {
 		errs = append(errs, fmt.Errorf("bench: overlap: warmup %d and iters %d: want warmup >= 0 and iters > 0", o.Warmup, o.Iters))
@@ -103,7 +109,12 @@ func NewOverlapJob(o OverlapOptions) (*train.Job, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return train.NewSizedJob(o.Sizes(), mlp.DefaultLR, o.ModelSeed, o.DataSeed)
+	job, err := train.NewSizedJob(o.Sizes(), mlp.DefaultLR, o.ModelSeed, o.DataSeed)
+	if err != nil {
+		return nil, err
+	}
+	job.Model.SetProcs(o.ComputeProcs)
+	return job, nil
 }
 
 // Phases are the times of one iteration's phases, in microseconds. A
@@ -223,8 +234,11 @@ type OverlapReport struct {
 	Date       time.Time `json:"date"`
 	Machine    Machine   `json:"machine"`
 	GOMAXPROCS int       `json:"gomaxprocs"`
-	Ranks      int       `json:"ranks"`
-	Transport  string    `json:"transport"`
+	// ComputeProcs bounds the model's matrix products' goroutines; 0 is
+	// every GOMAXPROCS.
+	ComputeProcs int    `json:"compute_procs"`
+	Ranks        int    `json:"ranks"`
+	Transport    string `json:"transport"`
 	// Sizes are the layer sizes, input first; Params the parameter count.
 	Sizes       []int         `json:"sizes"`
 	Params      int           `json:"params"`
@@ -298,7 +312,8 @@ func RunOverlap(ctx context.Context, w *gyre.Worker, job *train.Job, o OverlapOp
 	}
 	rep := OverlapReport{
 		Date: time.Now(), Machine: ThisMachine(), GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: w.Size(),
-		Sizes: o.Sizes(), Params: job.Model.NumParams(), Shares: w.Shares(), Warmup: o.Warmup, Iters: o.Iters,
+		ComputeProcs: job.Model.Procs(),
+		Sizes:        o.Sizes(), Params: job.Model.NumParams(), Shares: w.Shares(), Warmup: o.Warmup, Iters: o.Iters,
 		RoundFigures: rounds,
 	}
 	for _, s := range rep.Shares {
@@ -410,8 +425,12 @@ func (r *OverlapReport) WriteTable(w io.Writer) error {
 	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	m := r.Machine
 	p("# %s\n", r.Command)
-	p("# date %s  host %s  %s/%s  cpus %d  GOMAXPROCS %d  %s\n", r.Date.UTC().Format(time.RFC3339),
-		m.Host, m.OS, m.Arch, m.CPUs, r.GOMAXPROCS, m.Go)
+	compute := "all"
+	if r.ComputeProcs > 0 {
+		compute = fmt.Sprint(r.ComputeProcs)
+	}
+	p("# date %s  host %s  %s/%s  cpus %d  GOMAXPROCS %d  compute procs %s  %s\n", r.Date.UTC().Format(time.RFC3339),
+		m.Host, m.OS, m.Arch, m.CPUs, r.GOMAXPROCS, compute, m.Go)
 	p("# ranks %d  transport %s  model %v (%d params, %d bytes of float64 gradient)  global batch %d (shares %v)\n",
 		r.Ranks, r.Transport, r.Sizes, r.Params, 8*r.Params, r.GlobalBatch, r.Shares)
 	p("# bucket %d bytes  warmup %d  iters %d (each round: %s, one iteration each)\n",

@@ -25,6 +25,7 @@ type overlapFlags struct {
 	jsonFile    string
 	report      string // hidden: where rank 0 leaves its JSON report for the launcher
 	timeout     time.Duration
+	compute     computeProcs
 }
 
 // Defaults of the overlap scenario, sized for the cluster script's default
@@ -82,6 +83,8 @@ func newBenchOverlapCmd(c *cli) *cobra.Command {
 	f.IntVar(&fl.bucketBytes, "bucket-bytes", 0, "gradient bucket size in bytes (0: the largest layer's gradient, one layer per bucket)")
 	f.IntVarP(&fl.warmup, "warmup", "w", 2, "untimed rounds")
 	f.IntVar(&fl.iters, "iters", 10, "timed rounds, each one iteration of every mode")
+	fl.compute = computeProcs{auto: true}
+	f.Var(&fl.compute, "compute-procs", computeProcsUsage)
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with rank 0's every iteration, as JSON to this file")
@@ -99,7 +102,8 @@ func (fl overlapFlags) options() (bench.OverlapOptions, error) {
 	if fl.batch < 1 || fl.bucketBytes < 0 {
 		return bench.OverlapOptions{}, fmt.Errorf("--batch %d, --bucket-bytes %d: want a positive batch and a non-negative bucket size", fl.batch, fl.bucketBytes)
 	}
-	o := bench.OverlapOptions{Hidden: hidden, Warmup: fl.warmup, Iters: fl.iters, ModelSeed: fl.modelSeed, DataSeed: fl.dataSeed}
+	o := bench.OverlapOptions{Hidden: hidden, Warmup: fl.warmup, Iters: fl.iters, ModelSeed: fl.modelSeed, DataSeed: fl.dataSeed,
+		ComputeProcs: fl.compute.procs()}
 	return o, o.Validate()
 }
 
@@ -109,7 +113,7 @@ func (c *cli) overlapLaunch(cmd *cobra.Command, job launchJob, fl overlapFlags) 
 	var rep bench.OverlapReport
 	err := c.launchBench(cmd, job, &rep, "overlap",
 		"--hidden", fl.hidden, "--batch", strconv.Itoa(fl.batch), "--bucket-bytes", strconv.Itoa(fl.bucketBytes),
-		"--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters),
+		"--warmup", strconv.Itoa(fl.warmup), "--iters", strconv.Itoa(fl.iters), "--compute-procs", fl.compute.String(),
 		"--model-seed", strconv.FormatUint(fl.modelSeed, 10), "--data-seed", strconv.FormatUint(fl.dataSeed, 10),
 		"--timeout", fl.timeout.String())
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 func TestBenchOverlapMultiProcess(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "overlap.json")
 	out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "bench", "overlap", "-n", "2",
-		"--hidden", "64,64", "--batch", "32", "--iters", "2", "-w", "1", "--timeout", "60s", "--json", jsonPath)
+		"--hidden", "64,64", "--batch", "32", "--iters", "2", "-w", "1", "--timeout", "60s", "--json", jsonPath, "--compute-procs", "1")
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr)
 	}
@@ -42,7 +42,7 @@ func TestBenchOverlapMultiProcess(t *testing.T) {
 			t.Errorf("no %q row in:\n%s", want, out)
 		}
 	}
-	for _, want := range []string{"# ranks 2  transport quic", "comm/backward", "overlap/(forward+max(backward,comm))", "no-overlap/overlap"} {
+	for _, want := range []string{"# ranks 2  transport quic", "compute procs 1", "comm/backward", "overlap/(forward+max(backward,comm))", "no-overlap/overlap"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -54,6 +54,9 @@ func TestBenchOverlapMultiProcess(t *testing.T) {
 	var rep bench.OverlapReport
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
+	}
+	if rep.ComputeProcs != 1 {
+		t.Errorf("JSON report: compute_procs %d, want the 1 given", rep.ComputeProcs)
 	}
 	if len(rep.Modes) != 4 || len(rep.Modes[0].Samples) != 2 || len(rep.Modes[0].RankMedians) != 2 {
 		t.Fatalf("JSON report: %d modes, want 4 with 2 samples and 2 ranks' medians each:\n%s", len(rep.Modes), b)

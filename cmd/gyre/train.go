@@ -34,6 +34,7 @@ type trainFlags struct {
 	positions   bool
 	paramsFile  string
 	lr          float64
+	compute     computeProcs
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
@@ -78,6 +79,8 @@ func newTrainCmd(c *cli) *cobra.Command {
 	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
 	f.IntVar(&fl.hidden, "hidden", mlp.DefaultSizes()[1], "width of the hidden layer (every worker must use the same)")
 	f.Float64Var(&fl.lr, "lr", mlp.DefaultLR, "SGD learning rate, momentum 0.9 (every worker must use the same); lower it for wide --hidden layers")
+	fl.compute = computeProcs{auto: true}
+	f.Var(&fl.compute, "compute-procs", computeProcsUsage)
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
 	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
@@ -134,6 +137,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	if err != nil {
 		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
 	}
+	job.Model.SetProcs(fl.compute.procs())
 	// log is for the command's own lines; once joined, they say which
 	// worker, as the runtime's do.
 	log := c.log

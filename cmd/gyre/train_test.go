@@ -70,6 +70,8 @@ func TestTrainRejectsBadFlags(t *testing.T) {
 		{"train", "--iters", "0"},
 		{"train", "--target-acc", "2"},
 		{"train", "--shares", "3,x"},
+		{"train", "--compute-procs", "0"},
+		{"train", "--compute-procs", "most"},
 		{"train", "--seed", "127.0.0.1:7946"},
 		{"train", "--seed", "127.0.0.1:7946", "--peers", "127.0.0.1:1,127.0.0.1:2", "--key-file", "k"},
 	} {
