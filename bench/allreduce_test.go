@@ -6,48 +6,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
-	"github.com/gyre-ml/gyre/ring"
-	"github.com/gyre-ml/gyre/transport"
-	"github.com/gyre-ml/gyre/transport/mem"
+	"github.com/gyre-ml/gyre/ring/ringtest"
 )
-
-// memComms returns n Comms over an in-process network, closed at cleanup.
-func memComms(t *testing.T, n int) []*ring.Comm {
-	t.Helper()
-	net := mem.NewNetwork(1)
-	ids := make([]transport.PeerID, n)
-	trs := make([]transport.Transport, n)
-	for r := range n {
-		ids[r] = transport.PeerID(fmt.Sprintf("r%d", r))
-		tr, err := net.Join(ids[r])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		trs[r] = tr
-	}
-	comms := make([]*ring.Comm, n)
-	for r, tr := range trs {
-		for q, id := range ids {
-			if q != r {
-				if err := tr.Connect(t.Context(), id, string(id)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		c, err := ring.NewComm(tr, ring.Config{Epoch: 1, Members: ids, Rank: r, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		comms[r] = c
-	}
-	return comms
-}
 
 // TestRunAllReduceCompressed runs compressed sweeps over 8 in-process
 // ranks, where the pattern's sums (up to 468) are not all representable in
@@ -55,7 +17,7 @@ func memComms(t *testing.T, n int) []*ring.Comm {
 // check OK on every rank.
 func TestRunAllReduceCompressed(t *testing.T) {
 	const n = 8
-	comms := memComms(t, n)
+	comms := ringtest.MemComms(t, n, nil)
 	for _, compress := range []wire.DType{wire.DTypeBF16, wire.DTypeFP16} {
 		for _, op := range []wire.Op{wire.OpSum, wire.OpAvg, wire.OpMax} {
 			t.Run(fmt.Sprintf("%v/%v", compress, op), func(t *testing.T) {
@@ -125,7 +87,7 @@ func TestAllReduceOptionsValidate(t *testing.T) {
 		}
 	}
 	// RunAllReduce refuses before any collective, so no peer is needed.
-	comms := memComms(t, 1)
+	comms := ringtest.MemComms(t, 1, nil)
 	o := AllReduceOptions{Sizes: []int64{8}, DType: wire.DTypeFloat64, Op: wire.OpSum, Compress: wire.DTypeBF16}
 	if _, err := RunAllReduce(context.Background(), comms[0], o); err == nil {
 		t.Error("RunAllReduce accepted bf16 compression of float64")

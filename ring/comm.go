@@ -73,6 +73,8 @@ type Config struct {
 	InitialBandwidth float64
 	// Logger receives failures. The zero Logger discards.
 	Logger zerolog.Logger
+	// Observer, if set, is told of every collective when it ends.
+	Observer Observer
 }
 
 // Defaults.
@@ -569,6 +571,16 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // Comm, completes key (world size, rank, length and, for the pipelined
 // algorithms, the chunk) and runs its plan.
 func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
+	if c.cfg.Observer == nil {
+		return c.runCollective(ctx, key, dtype, wop, data, wireType)
+	}
+	start := time.Now()
+	err := c.runCollective(ctx, key, dtype, wop, data, wireType)
+	c.cfg.Observer.Collective(CollectiveStats{Algo: key.algo, Bytes: len(data), Wire: wireType, Duration: time.Since(start), Err: err})
+	return err
+}
+
+func (c *Comm) runCollective(ctx context.Context, key planKey, dtype wire.DType, wop wire.Op, data []byte, wireType wire.DType) error {
 	es, length, kdt, err := checkData(dtype, data)
 	if err != nil {
 		return err
