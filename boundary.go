@@ -54,7 +54,9 @@ import (
 // the iteration's compute time; for larger models it is checked every K
 // iterations, K chosen from the table so that it stays within that budget.
 func (w *Worker) Boundary(ctx context.Context) (Change, error) {
+	start, iter, compute := time.Now(), w.iter, w.compute
 	ch, err := w.boundary(ctx)
+	w.observeBoundary(iter, compute, start, ch, err)
 	if err != nil && ctx.Err() != nil && w.rec != nil && !w.closed.Load() {
 		w.log.Warn().Err(err).Int64("iter", w.iter).
 			Msg("the boundary's context ended: this worker leaves the job, and the others recover without it")

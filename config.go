@@ -308,6 +308,17 @@ type Config struct {
 	//	quiet := zerolog.Nop()
 	//	cfg.Logger = &quiet
 	Logger *zerolog.Logger
+
+	// Observer, if set, is told of every collective on the data channel
+	// and every iteration boundary (see Observer). It is called on the
+	// runtime's goroutines and must not block.
+	Observer Observer
+	// MetricsAddr, if set, is a host:port on which the worker serves
+	// Prometheus metrics at /metrics over HTTP, plain and unauthenticated:
+	// bind it to an address only the monitoring network reaches. Port 0
+	// picks a free one (Worker.MetricsAddr says which). A port in use
+	// fails Join. The metrics are documented in docs/operations.md.
+	MetricsAddr string
 }
 
 // logger returns Logger, or the default: warnings and errors on stderr.
@@ -760,6 +771,8 @@ const (
 	EnvCheckpointEvery    = "GYRE_CHECKPOINT_EVERY"
 	EnvCheckpointKeep     = "GYRE_CHECKPOINT_KEEP"
 	EnvCheckpointRequired = "GYRE_CHECKPOINT_REQUIRED"
+	// EnvMetricsAddr is Config.MetricsAddr, host:port.
+	EnvMetricsAddr = "GYRE_METRICS_ADDR"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -786,6 +799,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvRingOrder, &c.RingOrder)
 	str(EnvAlgo, &c.Algo)
 	str(EnvCheckpointDir, &c.CheckpointDir)
+	str(EnvMetricsAddr, &c.MetricsAddr)
 	boolean := func(name string, dst *bool) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
 			b, err := strconv.ParseBool(strings.TrimSpace(v))

@@ -26,7 +26,7 @@ import (
 // --balance-allow-zero, --ring-order, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout,
 // --peer-timeout, --quorum-timeout, --checkpoint-dir, --checkpoint-every,
-// --checkpoint-keep and --checkpoint-required.
+// --checkpoint-keep, --checkpoint-required and --metrics-addr.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -105,6 +105,8 @@ func (c *Config) bind(fs flagAdder) {
 		fmt.Sprintf("how many of the newest checkpoints to keep (0: %d)", DefaultCheckpointKeep))
 	fs.BoolVar(&c.CheckpointRequired, "checkpoint-required", c.CheckpointRequired,
 		"end the job when a checkpoint cannot be written, instead of logging it and training on")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr,
+		"serve Prometheus metrics at http://HOST:PORT/metrics (empty: none; port 0: any free port, logged)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

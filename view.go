@@ -55,7 +55,9 @@ func (w *Worker) newViewState(epoch uint64, members []member, rank int, shares [
 	if vs.data, err = ring.NewComm(w.t, rc); err != nil {
 		return nil, err
 	}
-	rc.Channel = transport.ChanControl
+	// The control channel's collectives are the boundary's, which the
+	// observer hears of as boundaries.
+	rc.Channel, rc.Observer = transport.ChanControl, nil
 	if vs.ctrl, err = ring.NewComm(w.t, rc); err != nil {
 		vs.close()
 		return nil, err
@@ -108,7 +110,7 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
 	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.plain,
 		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
-		InitialBandwidth: bandwidth, SmallBytes: smallBytes(w.cfg.Algo)}
+		InitialBandwidth: bandwidth, SmallBytes: smallBytes(w.cfg.Algo), Observer: w.observer}
 }
 
 // smallBytes is ring.Config.SmallBytes for Config.Algo.

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/balance"
+	"github.com/gyre-ml/gyre/internal/obs"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/liveness"
@@ -210,6 +211,10 @@ type Worker struct {
 	batch   []int64
 	started time.Time     // when the iteration's Batch was taken
 	compute time.Duration // the iteration's compute time, up to Wait
+	// observer hears of collectives and boundaries: Config.Observer and
+	// the metrics that metrics serves (Config.MetricsAddr).
+	observer Observer
+	metrics  *obs.Server
 
 	gradType  string // "float32" or "float64", fixed by the first AllReduceAsync
 	pending   []*Handle
@@ -342,6 +347,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 			w.Close()
 		}
 	}()
+	if err := w.serveMetrics(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.JoinTimeout,
 		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, cfg.JoinTimeout, context.DeadlineExceeded))
 	defer cancel()
@@ -1094,6 +1102,9 @@ func (w *Worker) Close() error {
 		}
 		if w.ownT && w.t != nil {
 			err = w.t.Close()
+		}
+		if w.metrics != nil {
+			w.metrics.Close()
 		}
 	})
 	return err

@@ -94,6 +94,7 @@ type launchJob struct {
 	logDir    string
 	grace     time.Duration
 	static    bool
+	metrics   string // host:port of rank 0's metrics; rank i's port is port+i
 }
 
 func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
@@ -108,6 +109,7 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 		"when the job is stopped (a worker exits 75, no quorum; or Ctrl-C), how long the workers get to leave after SIGTERM "+
 			"before SIGKILL; longer than an iteration")
 	f.BoolVar(&j.static, "static", false, "give the workers a fixed peer list (GYRE_PEERS) instead of a gossip seed")
+	f.StringVar(&j.metrics, "metrics-addr", "", "serve each worker's Prometheus metrics over HTTP: rank i at HOST:PORT+i (port 0: each a free port, logged)")
 }
 
 // launchJob starts j.n workers of argv and waits for them.
@@ -165,6 +167,18 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: GOMAXPROCS %d per worker (%s)\n", procs,
 		map[bool]string{true: "from the environment", false: "the cores shared out; set GOMAXPROCS to choose"}[own])
+	if j.metrics != "" {
+		addrs, err := metricsAddrs(j.metrics, j.n)
+		if err != nil {
+			return err
+		}
+		rankEnv := env
+		env = func(i int) []string { return append(rankEnv(i), gyre.EnvMetricsAddr+"="+addrs[i]) }
+		if portOf(addrs[0]) != 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: metrics at http://%s/metrics (rank 0) to http://%s/metrics (rank %d)\n",
+				addrs[0], addrs[j.n-1], j.n-1)
+		}
+	}
 	if c.prof.Any() {
 		viewEnv := env
 		env = func(i int) []string { return append(viewEnv(i), c.prof.WorkerEnv(i)...) }
@@ -175,6 +189,28 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		LogDir: j.logDir, Grace: j.grace, NoQuorum: gyre.ExitNoQuorum, IDs: peers, FirstReady: ready, Logger: c.log,
 	})
 	return launchResult(cmd.ErrOrStderr(), err)
+}
+
+// metricsAddrs gives each of n ranks its metrics address: HOST:PORT+i for
+// rank i, or port 0 (a free port each) for all when PORT is 0.
+func metricsAddrs(addr string, n int) ([]string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %q: want HOST:PORT: %w", addr, err)
+	}
+	first, err := strconv.Atoi(port)
+	if err != nil || first < 0 || first > 65535 || (first > 0 && first+n-1 > 65535) {
+		return nil, fmt.Errorf("--metrics-addr %q: want a port in [0, %d] for %d workers", addr, 65536-n, n)
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		p := 0
+		if first > 0 {
+			p = first + i
+		}
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	return addrs, nil
 }
 
 // launchResult turns launch.Run's result into gyre launch's: a job that

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -290,6 +291,28 @@ func TestWorkerProcs(t *testing.T) {
 		got, fromEnv := workerProcs(tc.lookup, tc.cores, tc.n)
 		if got != tc.want || fromEnv != tc.fromEnvWant {
 			t.Errorf("workerProcs(cores %d, n %d) = %d, %v; want %d, %v", tc.cores, tc.n, got, fromEnv, tc.want, tc.fromEnvWant)
+		}
+	}
+}
+
+// TestLaunchMetricsAddr: --metrics-addr gives rank i port+i, prints where,
+// and a malformed address is refused before any worker starts.
+func TestLaunchMetricsAddr(t *testing.T) {
+	lines, stderr, err := launchLines(t, nil, "-n", "3", "--metrics-addr", "127.0.0.1:19400", "--", "sh", "-c", `echo "$GYRE_LOCAL_RANK $GYRE_METRICS_ADDR"`)
+	if err != nil || len(lines) != 3 {
+		t.Fatalf("%q %v\n%s", lines, err, stderr)
+	}
+	for r, l := range lines {
+		if want := fmt.Sprintf("[%d] %d 127.0.0.1:%d", r, r, 19400+r); l != want {
+			t.Errorf("rank %d: %q, want %q", r, l, want)
+		}
+	}
+	if !strings.Contains(stderr, "http://127.0.0.1:19400/metrics (rank 0) to http://127.0.0.1:19402/metrics (rank 2)") {
+		t.Errorf("launch did not print the metrics addresses:\n%s", stderr)
+	}
+	for _, bad := range []string{"19400", "127.0.0.1:x", "127.0.0.1:65535"} {
+		if _, _, err := launchLines(t, nil, "-n", "3", "--metrics-addr", bad, "--", "true"); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+			t.Errorf("--metrics-addr %s for 3 workers: %v, want an error naming the flag", bad, err)
 		}
 	}
 }

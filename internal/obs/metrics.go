@@ -1,0 +1,242 @@
+package obs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gyre-ml/gyre/ring"
+)
+
+// Boundary outcomes, the outcome label of gyre_boundary_duration_seconds.
+const (
+	OutcomeNext       = "next"        // on to the next iteration, same view
+	OutcomeViewChange = "view_change" // members admitted or departed
+	OutcomeRecovered  = "recovered"   // a lost member: redo from the last commit
+	OutcomeError      = "error"       // Boundary returned an error
+)
+
+// maxAlgo bounds the ring.Algo values Metrics keeps series for.
+const maxAlgo = 16
+
+// Metrics is an Observer that keeps Prometheus metrics, served by
+// Handler. Collective does not allocate.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	collSeconds [maxAlgo]prometheus.Observer
+	collBytes   [maxAlgo]prometheus.Counter
+	collErrors  [maxAlgo]prometheus.Counter
+
+	boundarySeconds *prometheus.HistogramVec
+	iteration       prometheus.Gauge
+	epoch           prometheus.Gauge
+	members         prometheus.Gauge
+	rank            prometheus.Gauge
+	share           *prometheus.GaugeVec
+	computeSeconds  prometheus.Gauge
+	samplesPerSec   prometheus.Gauge
+	viewChanges     prometheus.Counter
+	recoveries      prometheus.Counter
+	redone          prometheus.Counter
+
+	mu         sync.Mutex // guards the fields below, touched at boundaries
+	lastMember int        // ranks with a share series
+	lastEnd    time.Time  // when the last boundary returned
+	rankLabels []string
+}
+
+// NewMetrics returns metrics whose collective series carry the transport
+// label transport (quic, tcp or mem).
+func NewMetrics(transport string) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{reg}
+	labels := []string{"op", "algorithm", "transport"}
+	seconds := f.histogramVec("gyre_collective_duration_seconds",
+		"Wall time of collectives on the data channel, from the call to its return.",
+		prometheus.ExponentialBuckets(10e-6, 4, 12), labels)
+	bytes := f.counterVec("gyre_collective_bytes_total",
+		"Bytes of the callers' buffers passed to collectives that completed, before any compression.", labels)
+	errs := f.counterVec("gyre_collective_errors_total", "Collectives that returned an error.", labels)
+	m := &Metrics{
+		reg: reg,
+		boundarySeconds: f.histogramVec("gyre_boundary_duration_seconds",
+			"Wall time of iteration boundaries: the vote and any view change, probe or recovery, by outcome.",
+			prometheus.ExponentialBuckets(50e-6, 4, 12), []string{"outcome"}),
+		iteration:      f.gauge("gyre_iteration", "The iteration this worker runs next."),
+		epoch:          f.gauge("gyre_view_epoch", "The epoch of this worker's view."),
+		members:        f.gauge("gyre_view_members", "Members of this worker's view."),
+		rank:           f.gauge("gyre_rank", "This worker's rank in its view."),
+		share:          f.gaugeVec("gyre_share_samples", "Samples of the global batch each rank computes per iteration.", []string{"rank"}),
+		computeSeconds: f.gauge("gyre_compute_seconds", "This worker's compute time in its last iteration, up to its first Wait."),
+		samplesPerSec: f.gauge("gyre_samples_per_second",
+			"Global samples per second over the last iteration: the global batch over the time between boundaries."),
+		viewChanges: f.counter("gyre_view_changes_total", "Views changed at iteration boundaries: admissions, departures and recoveries."),
+		recoveries:  f.counter("gyre_recoveries_total", "Boundaries that recovered from a lost member."),
+		redone:      f.counter("gyre_iterations_redone_total", "Iterations run again after recoveries: those since the last commit."),
+	}
+	for a := ring.Algo(1); a < maxAlgo && a.Op() != ""; a++ {
+		lv := []string{a.Op(), a.String(), transport}
+		m.collSeconds[a] = seconds.WithLabelValues(lv...)
+		m.collBytes[a] = bytes.WithLabelValues(lv...)
+		m.collErrors[a] = errs.WithLabelValues(lv...)
+	}
+	return m
+}
+
+// Collective records a collective.
+func (m *Metrics) Collective(s ring.CollectiveStats) {
+	if int(s.Algo) >= maxAlgo || m.collSeconds[s.Algo] == nil {
+		return
+	}
+	m.collSeconds[s.Algo].Observe(s.Duration.Seconds())
+	if s.Err != nil {
+		m.collErrors[s.Algo].Inc()
+		return
+	}
+	m.collBytes[s.Algo].Add(float64(s.Bytes))
+}
+
+// Boundary records a boundary and the view and shares it leaves.
+func (m *Metrics) Boundary(b Boundary) {
+	outcome := OutcomeNext
+	switch {
+	case b.Err != nil:
+		outcome = OutcomeError
+	case b.Redo:
+		outcome = OutcomeRecovered
+	case b.ViewChanged:
+		outcome = OutcomeViewChange
+	}
+	m.boundarySeconds.WithLabelValues(outcome).Observe(b.Duration.Seconds())
+	if b.Err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	global := 0
+	for _, s := range b.Shares {
+		global += s
+	}
+	if !m.lastEnd.IsZero() && !b.Redo && !b.ViewChanged {
+		if d := now.Sub(m.lastEnd); d > 0 {
+			m.samplesPerSec.Set(float64(global) / d.Seconds())
+		}
+	}
+	m.lastEnd = now
+	if b.ViewChanged {
+		m.viewChanges.Inc()
+	}
+	if b.Redo {
+		m.recoveries.Inc()
+		m.redone.Add(float64(max(0, b.Iter+1-b.Next)))
+	}
+	m.iteration.Set(float64(b.Next))
+	m.epoch.Set(float64(b.Epoch))
+	m.members.Set(float64(b.Members))
+	m.rank.Set(float64(b.Rank))
+	m.computeSeconds.Set(b.Compute.Seconds())
+	for len(m.rankLabels) < len(b.Shares) {
+		m.rankLabels = append(m.rankLabels, strconv.Itoa(len(m.rankLabels)))
+	}
+	for r, s := range b.Shares {
+		m.share.WithLabelValues(m.rankLabels[r]).Set(float64(s))
+	}
+	for r := len(b.Shares); r < m.lastMember; r++ {
+		m.share.DeleteLabelValues(m.rankLabels[r])
+	}
+	m.lastMember = len(b.Shares)
+}
+
+// Handler serves the metrics in Prometheus' exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Server serves a worker's metrics over HTTP.
+type Server struct {
+	srv  *http.Server
+	addr net.Addr
+	done chan error
+}
+
+// Serve listens on addr (host:port; port 0 picks one) and serves m at
+// /metrics in the background. The listener is bound before it returns,
+// so a taken port is an error here.
+func Serve(addr string, m *Metrics) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("obs: metrics address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	s := &Server{
+		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		addr: ln.Addr(),
+		done: make(chan error, 1),
+	}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.addr }
+
+// Close stops the server, letting requests in progress finish for up to
+// a second.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = s.srv.Close()
+	}
+	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// factory registers each metric as it makes it.
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gaugeVec(name, help string, labels []string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) counterVec(name, help string, labels []string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}

@@ -1,0 +1,100 @@
+package obs
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/ring/ringtest"
+)
+
+// TestAllReduceZeroAllocsObserved is ring's TestAllReduceZeroAllocs with
+// the metrics observer installed: a steady-state allreduce, the ring's and
+// recursive doubling's, still allocates nothing, and every call is
+// counted.
+func TestAllReduceZeroAllocsObserved(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		small, size int
+	}{{"ring", -1, 4 << 20}, {"doubling", 1 << 30, 4 << 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4
+			metrics := make([]*Metrics, n)
+			comms := ringtest.MemComms(t, n, func(r int, c *ring.Config) {
+				metrics[r] = NewMetrics("mem")
+				c.Observer, c.SmallBytes = metrics[r], tc.small
+			})
+			bufs := make([][]float32, n)
+			for r := range bufs {
+				bufs[r] = make([]float32, tc.size/4)
+			}
+			// One goroutine per rank for the whole test, so that the
+			// measurement sees the collectives' allocations only.
+			start, done := make(chan struct{}), make(chan error, n)
+			defer close(start)
+			for r, c := range comms {
+				go func() {
+					for range start {
+						done <- ring.AllReduce(context.Background(), c, wire.OpSum, bufs[r])
+					}
+				}()
+			}
+			run := func() {
+				for range n {
+					start <- struct{}{}
+				}
+				for range n {
+					if err := <-done; err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			for range 3 { // warm the plan cache, scratch and queues
+				run()
+			}
+			if allocs := testing.AllocsPerRun(10, run); allocs != 0 {
+				t.Errorf("%d-byte allreduce over %d ranks with metrics: %v allocations per op, want 0", tc.size, n, allocs)
+			}
+			algo := ring.AlgoRing
+			if tc.small > 0 {
+				algo = ring.AlgoRecursiveDoubling
+			}
+			calls := 3 + 10 + 1 // AllocsPerRun runs once more to warm up
+			bytes := testutil.ToFloat64(metrics[0].collBytes[algo])
+			if bytes != float64(calls*tc.size) {
+				t.Errorf("bytes counted %v, want %d calls of %d", bytes, calls, tc.size)
+			}
+		})
+	}
+}
+
+// TestBoundaryShares: the share series follow the view, series of ranks
+// that left go, and a redo counts the iterations it goes back over.
+func TestBoundaryShares(t *testing.T) {
+	m := NewMetrics("mem")
+	m.Boundary(Boundary{Iter: 4, Next: 5, Epoch: 1, Members: 3, Shares: []int{10, 20, 30}})
+	if got := testutil.CollectAndCount(m.share); got != 3 {
+		t.Fatalf("%d share series for 3 ranks", got)
+	}
+	m.Boundary(Boundary{Iter: 9, Next: 6, Epoch: 2, Members: 2, Shares: []int{25, 35}, ViewChanged: true, Redo: true})
+	if got := testutil.CollectAndCount(m.share); got != 2 {
+		t.Fatalf("%d share series after the view shrank to 2", got)
+	}
+	if got := testutil.ToFloat64(m.share.WithLabelValues("1")); got != 35 {
+		t.Fatalf("rank 1's share %v, want 35", got)
+	}
+	if got := testutil.ToFloat64(m.redone); got != 4 {
+		t.Fatalf("%v iterations redone, want 4 (6 to 9 again)", got)
+	}
+	if got := testutil.ToFloat64(m.recoveries); got != 1 {
+		t.Fatalf("%v recoveries, want 1", got)
+	}
+	m.Boundary(Boundary{Iter: 6, Err: fmt.Errorf("vote failed")})
+	if got := testutil.ToFloat64(m.iteration); got != 6 {
+		t.Fatalf("an error moved gyre_iteration to %v; it stays at 6", got)
+	}
+}

@@ -1,0 +1,79 @@
+// Package obs is what the runtime reports about itself, and the writers
+// that turn the reports into something to look at: Prometheus metrics for
+// now. The runtime calls an Observer, given in gyre.Config, never a
+// global, so two workers in one process report apart.
+//
+// Observers are called on the runtime's own goroutines, on its hot path
+// for collectives: they must be quick, must not block and, for
+// collectives, must not allocate.
+package obs
+
+import (
+	"time"
+
+	"github.com/gyre-ml/gyre/ring"
+)
+
+// Observer receives the runtime's reports.
+type Observer interface {
+	// Collective is called when a collective on the data channel ends.
+	ring.Observer
+	// Boundary is called when an iteration boundary returns.
+	Boundary(Boundary)
+}
+
+// Boundary describes one iteration boundary as one worker saw it.
+type Boundary struct {
+	// Iter is the iteration the boundary ended; Next the one to run
+	// next (Iter+1, or an earlier commit's after a recovery).
+	Iter, Next int64
+	// Duration is the boundary's own wall time: the vote, and any view
+	// change, probe or recovery it ran.
+	Duration time.Duration
+	// Compute is this worker's compute time in the iteration, from its
+	// start to the first Wait.
+	Compute time.Duration
+	// Err is the boundary's error, nil if it returned a change.
+	Err error
+	// The view the next iteration runs in. Shares is the view's own
+	// slice: an Observer must copy what it keeps.
+	Epoch   uint64
+	Rank    int
+	Members int
+	Shares  []int
+	// ViewChanged, SharesChanged and Redo are those of the change
+	// returned (see gyre.Change); Redo marks a recovery, which redoes the
+	// iterations since the last commit.
+	ViewChanged, SharesChanged, Redo bool
+}
+
+// Multi reports to every non-nil observer in turn; nil if there is none.
+func Multi(observers ...Observer) Observer {
+	var m multi
+	for _, o := range observers {
+		if o != nil {
+			m = append(m, o)
+		}
+	}
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
+		return m[0]
+	}
+	return m
+}
+
+type multi []Observer
+
+func (m multi) Collective(s ring.CollectiveStats) {
+	for _, o := range m {
+		o.Collective(s)
+	}
+}
+
+func (m multi) Boundary(b Boundary) {
+	for _, o := range m {
+		o.Boundary(b)
+	}
+}

@@ -1,0 +1,71 @@
+package gyre
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/obs"
+	"github.com/gyre-ml/gyre/ring"
+)
+
+// Observer is told what the runtime does, as it happens: every collective
+// on the data channel (Worker.Comm and the fusers, with its operation,
+// algorithm, bytes, duration and error) and every iteration boundary
+// (BoundaryStats). Set one in Config.Observer; Config.MetricsAddr installs
+// the Prometheus one beside it. Its methods run on the runtime's
+// goroutines and must be quick; Collective must not block or allocate.
+type Observer = obs.Observer
+
+// BoundaryStats describes one iteration boundary, for Observer.Boundary.
+type BoundaryStats = obs.Boundary
+
+// CollectiveStats describes one collective, for Observer.Collective.
+type CollectiveStats = ring.CollectiveStats
+
+// MetricsAddr returns the address the worker serves its Prometheus
+// metrics on (Config.MetricsAddr, with the port chosen if it was 0), or ""
+// if it serves none.
+func (w *Worker) MetricsAddr() string {
+	if w.metrics == nil {
+		return ""
+	}
+	return w.metrics.Addr().String()
+}
+
+// serveMetrics starts the metrics endpoint Config.MetricsAddr asks for and
+// sets the observer the worker reports to.
+func (w *Worker) serveMetrics() error {
+	w.observer = w.cfg.Observer
+	if w.cfg.MetricsAddr == "" {
+		return nil
+	}
+	transport := w.cfg.Transport
+	if w.cfg.lone() {
+		transport = "mem"
+	}
+	m := obs.NewMetrics(transport)
+	srv, err := obs.Serve(w.cfg.MetricsAddr, m)
+	if err != nil {
+		return fmt.Errorf("%w: MetricsAddr (--metrics-addr) %q: %w", ErrConfig, w.cfg.MetricsAddr, err)
+	}
+	w.metrics = srv
+	w.observer = obs.Multi(w.cfg.Observer, m)
+	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics")
+	return nil
+}
+
+// observeBoundary reports a boundary that ran from start and returned ch
+// and err.
+func (w *Worker) observeBoundary(iter int64, compute time.Duration, start time.Time, ch Change, err error) {
+	if w.observer == nil {
+		return
+	}
+	rank := -1
+	if err == nil && !ch.Left {
+		rank = w.Rank()
+	}
+	b := BoundaryStats{Iter: iter, Next: ch.Iter, Duration: time.Since(start), Compute: compute, Err: err,
+		Epoch: ch.View.Epoch, Members: len(ch.View.Members), Rank: rank, Shares: ch.Shares,
+		ViewChanged: ch.ViewChanged, SharesChanged: ch.SharesChanged, Redo: ch.Redo}
+	w.observer.Boundary(b)
+}
