@@ -3,6 +3,7 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -103,6 +104,13 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		if got := value(t, fams, "gyre_rank", nil); got != float64(r) {
 			t.Errorf("rank %d: gyre_rank %v", r, got)
+		}
+		other := fmt.Sprint(1 - r)
+		if age := value(t, fams, "gyre_heartbeat_age_seconds", map[string]string{"rank": other}); age < 0 || age > gyre.DefaultPeerTimeout.Seconds() {
+			t.Errorf("rank %d: rank %s's heartbeat is %vs old, want within the peer timeout", r, other, age)
+		}
+		if got := len(fams["gyre_heartbeat_age_seconds"].GetMetric()); got != n-1 {
+			t.Errorf("rank %d: %d heartbeat series, want one per other member", r, got)
 		}
 		bh := series(t, fams, "gyre_boundary_duration_seconds", map[string]string{"outcome": "next"}).GetHistogram()
 		if bh.GetSampleCount() != iters {

@@ -44,6 +44,7 @@ func (w *Worker) serveMetrics() error {
 		transport = "mem"
 	}
 	m := obs.NewMetrics(transport)
+	m.WatchHeartbeats(w.heartbeatAges)
 	srv, err := obs.Serve(w.cfg.MetricsAddr, m)
 	if err != nil {
 		return fmt.Errorf("%w: MetricsAddr (--metrics-addr) %q: %w", ErrConfig, w.cfg.MetricsAddr, err)
@@ -68,4 +69,21 @@ func (w *Worker) observeBoundary(iter int64, compute time.Duration, start time.T
 		Epoch: ch.View.Epoch, Members: len(ch.View.Members), Rank: rank, Shares: ch.Shares,
 		ViewChanged: ch.ViewChanged, SharesChanged: ch.SharesChanged, Redo: ch.Redo}
 	w.observer.Boundary(b)
+}
+
+// heartbeatAges reports how long ago each other member of the current view
+// was last heard from.
+func (w *Worker) heartbeatAges(report func(rank int, age time.Duration)) {
+	w.mu.Lock()
+	vs := w.cur
+	w.mu.Unlock()
+	if vs == nil || w.live == nil {
+		return
+	}
+	now := time.Now()
+	for r, id := range vs.ids {
+		if heard := w.live.LastHeard(id); r != vs.rank && !heard.IsZero() {
+			report(r, now.Sub(heard))
+		}
+	}
 }

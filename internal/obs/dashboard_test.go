@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -59,6 +60,7 @@ func TestDashboardUsesExportedMetrics(t *testing.T) {
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := NewMetrics("mem")
+	m.WatchHeartbeats(func(report func(int, time.Duration)) { report(1, time.Second) })
 	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 8})
 	for _, b := range []Boundary{
 		{Iter: 0, Next: 1, Members: 2, Shares: []int{1, 1}},

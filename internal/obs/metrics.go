@@ -159,6 +159,31 @@ func (m *Metrics) Boundary(b Boundary) {
 	m.lastMember = len(b.Shares)
 }
 
+// HeartbeatAges calls report with each peer's rank and how long ago its
+// last heartbeat arrived; it must not block.
+type HeartbeatAges func(report func(rank int, age time.Duration))
+
+// WatchHeartbeats serves gyre_heartbeat_age_seconds{rank}, read from ages
+// at every scrape rather than pushed, so that a peer gone silent shows its
+// age growing between boundaries too. Call it once.
+func (m *Metrics) WatchHeartbeats(ages HeartbeatAges) {
+	m.reg.MustRegister(&heartbeatCollector{ages: ages, desc: prometheus.NewDesc("gyre_heartbeat_age_seconds",
+		"Time since each peer's last heartbeat reached this worker, by the peer's rank.", []string{"rank"}, nil)})
+}
+
+type heartbeatCollector struct {
+	desc *prometheus.Desc
+	ages HeartbeatAges
+}
+
+func (c *heartbeatCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
+	c.ages(func(rank int, age time.Duration) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, age.Seconds(), strconv.Itoa(rank))
+	})
+}
+
 // Handler serves the metrics in Prometheus' exposition formats.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
