@@ -124,6 +124,10 @@ func (w *Worker) boundary(ctx context.Context) (Change, error) {
 		return Change{}, err
 	}
 	w.keepFits(vs, recs)
+	w.computes = w.computes[:0]
+	for _, r := range recs {
+		w.computes = append(w.computes, time.Duration(r.compute))
+	}
 	p, err := w.plan(vs, recs, known, rec.digest != 0)
 	if err != nil {
 		return Change{}, w.settle(ctx, vs, err)

@@ -314,7 +314,8 @@ type Config struct {
 	// runtime's goroutines and must not block.
 	Observer Observer
 	// MetricsAddr, if set, is a host:port on which the worker serves
-	// Prometheus metrics at /metrics over HTTP, plain and unauthenticated:
+	// Prometheus metrics at /metrics, a status page at / and the same as
+	// JSON at /status.json, over HTTP, plain and unauthenticated:
 	// bind it to an address only the monitoring network reaches. Port 0
 	// picks a free one (Worker.MetricsAddr says which). A port in use
 	// fails Join. The metrics are documented in docs/operations.md.

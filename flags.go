@@ -106,7 +106,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.BoolVar(&c.CheckpointRequired, "checkpoint-required", c.CheckpointRequired,
 		"end the job when a checkpoint cannot be written, instead of logging it and training on")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr,
-		"serve Prometheus metrics at http://HOST:PORT/metrics (empty: none; port 0: any free port, logged)")
+		"serve Prometheus metrics at http://HOST:PORT/metrics and a status page at / (empty: none; port 0: any free port, logged)")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

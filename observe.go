@@ -44,7 +44,7 @@ func (w *Worker) serveMetrics() error {
 		transport = "mem"
 	}
 	m := obs.NewMetrics(transport)
-	m.WatchHeartbeats(w.heartbeatAges)
+	m.WatchHeartbeats(w.heartbeatAges, w.cfg.PeerTimeout)
 	srv, err := obs.Serve(w.cfg.MetricsAddr, m)
 	if err != nil {
 		return fmt.Errorf("%w: MetricsAddr (--metrics-addr) %q: %w", ErrConfig, w.cfg.MetricsAddr, err)
@@ -66,8 +66,11 @@ func (w *Worker) observeBoundary(iter int64, compute time.Duration, start time.T
 		rank = w.Rank()
 	}
 	b := BoundaryStats{Iter: iter, Next: ch.Iter, Duration: time.Since(start), Compute: compute, Err: err,
-		Epoch: ch.View.Epoch, Members: len(ch.View.Members), Rank: rank, Shares: ch.Shares,
+		Epoch: ch.View.Epoch, Members: len(ch.View.Members), MemberNames: ch.View.Members, Rank: rank, Shares: ch.Shares,
 		ViewChanged: ch.ViewChanged, SharesChanged: ch.SharesChanged, Redo: ch.Redo}
+	if err == nil && !ch.ViewChanged {
+		b.Computes = w.computes
+	}
 	w.observer.Boundary(b)
 }
 

@@ -215,6 +215,7 @@ type Worker struct {
 	// the metrics that metrics serves (Config.MetricsAddr).
 	observer Observer
 	metrics  *obs.Server
+	computes []time.Duration // every rank's compute time in the last boundary's table
 
 	gradType  string // "float32" or "float64", fixed by the first AllReduceAsync
 	pending   []*Handle

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,10 +50,19 @@ type Metrics struct {
 	recoveries      prometheus.Counter
 	redone          prometheus.Counter
 
+	// lastBig is the last allreduce of at least busBWMinBytes, for
+	// Status.BusBW, kept in atomics so that Collective takes no lock.
+	lastBig struct{ bytes, ns atomic.Int64 }
+	// ages reads the heartbeat ages (WatchHeartbeats); a member is
+	// silent past silentAfter.
+	ages        HeartbeatAges
+	silentAfter time.Duration
+
 	mu         sync.Mutex // guards the fields below, touched at boundaries
 	lastMember int        // ranks with a share series
 	lastEnd    time.Time  // when the last boundary returned
 	rankLabels []string
+	st         status
 }
 
 // NewMetrics returns metrics whose collective series carry the transport
@@ -105,6 +115,10 @@ func (m *Metrics) Collective(s ring.CollectiveStats) {
 		return
 	}
 	m.collBytes[s.Algo].Add(float64(s.Bytes))
+	if s.Algo.Op() == ring.OpAllReduce && s.Bytes >= busBWMinBytes {
+		m.lastBig.bytes.Store(int64(s.Bytes))
+		m.lastBig.ns.Store(int64(s.Duration))
+	}
 }
 
 // Boundary records a boundary and the view and shares it leaves.
@@ -129,11 +143,14 @@ func (m *Metrics) Boundary(b Boundary) {
 	for _, s := range b.Shares {
 		global += s
 	}
+	sps := 0.0
 	if !m.lastEnd.IsZero() && !b.Redo && !b.ViewChanged {
 		if d := now.Sub(m.lastEnd); d > 0 {
-			m.samplesPerSec.Set(float64(global) / d.Seconds())
+			sps = float64(global) / d.Seconds()
+			m.samplesPerSec.Set(sps)
 		}
 	}
+	m.st.update(b, sps, now)
 	m.lastEnd = now
 	if b.ViewChanged {
 		m.viewChanges.Inc()
@@ -165,8 +182,10 @@ type HeartbeatAges func(report func(rank int, age time.Duration))
 
 // WatchHeartbeats serves gyre_heartbeat_age_seconds{rank}, read from ages
 // at every scrape rather than pushed, so that a peer gone silent shows its
-// age growing between boundaries too. Call it once.
-func (m *Metrics) WatchHeartbeats(ages HeartbeatAges) {
+// age growing between boundaries too; the status page calls a member
+// silent past silentAfter (0: never). Call it once, before serving.
+func (m *Metrics) WatchHeartbeats(ages HeartbeatAges, silentAfter time.Duration) {
+	m.ages, m.silentAfter = ages, silentAfter
 	m.reg.MustRegister(&heartbeatCollector{ages: ages, desc: prometheus.NewDesc("gyre_heartbeat_age_seconds",
 		"Time since each peer's last heartbeat reached this worker, by the peer's rank.", []string{"rank"}, nil)})
 }
@@ -196,8 +215,9 @@ type Server struct {
 	done chan error
 }
 
-// Serve listens on addr (host:port; port 0 picks one) and serves m at
-// /metrics in the background. The listener is bound before it returns,
+// Serve listens on addr (host:port; port 0 picks one) and serves m in the
+// background: the metrics at /metrics, the status page at / and the same
+// as JSON at /status.json. The listener is bound before it returns,
 // so a taken port is an error here.
 func Serve(addr string, m *Metrics) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -206,6 +226,8 @@ func Serve(addr string, m *Metrics) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/status.json", m.statusJSON)
+	mux.HandleFunc("/", m.statusPage)
 	s := &Server{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		addr: ln.Addr(),

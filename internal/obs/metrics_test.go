@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -96,5 +97,42 @@ func TestBoundaryShares(t *testing.T) {
 	m.Boundary(Boundary{Iter: 6, Err: fmt.Errorf("vote failed")})
 	if got := testutil.ToFloat64(m.iteration); got != 6 {
 		t.Fatalf("an error moved gyre_iteration to %v; it stays at 6", got)
+	}
+}
+
+// TestStatus: the status joins the last boundary's view, shares and
+// compute times with the heartbeat ages read now, calls a member silent
+// past the timeout, and takes busbw from the last large allreduce only.
+func TestStatus(t *testing.T) {
+	m := NewMetrics("mem")
+	m.WatchHeartbeats(func(report func(int, time.Duration)) {
+		report(0, 100*time.Millisecond)
+		report(2, 3*time.Second)
+	}, 2*time.Second)
+	if s := m.Status(); len(s.Members) != 0 || !s.Updated.IsZero() {
+		t.Fatalf("status before any boundary: %+v", s)
+	}
+	m.Boundary(Boundary{Iter: 6, Next: 7, Epoch: 3, Rank: 1, Members: 3, MemberNames: []string{"a", "b", "c"},
+		Shares: []int{10, 20, 34}, Computes: []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}})
+	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 3 << 20, Duration: 2 * time.Millisecond})
+	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRecursiveDoubling, Bytes: 4 << 10, Duration: time.Millisecond})
+	s := m.Status()
+	if s.Worker != "b" || s.Rank != 1 || s.Epoch != 3 || s.Iteration != 7 || s.GlobalBatch != 64 {
+		t.Fatalf("status %+v", s)
+	}
+	for r, want := range []string{StateAlive, StateSelf, StateSilent} {
+		if got := s.Members[r].State; got != want {
+			t.Errorf("rank %d: state %q, want %q", r, got, want)
+		}
+	}
+	if c := s.Members[2].ComputeSeconds; c == nil || *c != 0.003 {
+		t.Errorf("rank 2's compute time %v, want 3 ms", c)
+	}
+	if s.Members[1].HeartbeatAgeSeconds != nil {
+		t.Errorf("this worker has a heartbeat age")
+	}
+	// 2(n−1)/n of 3 MiB in 2 ms; the 4 KiB allreduce after it is left out.
+	if want := 4.0 / 3 * float64(3<<20) / 0.002; s.BusBW != want {
+		t.Errorf("busbw %v, want %v", s.BusBW, want)
 	}
 }

@@ -35,12 +35,18 @@ type Boundary struct {
 	Compute time.Duration
 	// Err is the boundary's error, nil if it returned a change.
 	Err error
-	// The view the next iteration runs in. Shares is the view's own
-	// slice: an Observer must copy what it keeps.
-	Epoch   uint64
-	Rank    int
-	Members int
-	Shares  []int
+	// The view the next iteration runs in: its epoch, this worker's rank,
+	// the members' names in rank order and their shares. Slices are the
+	// runtime's own: an Observer must copy what it keeps.
+	Epoch       uint64
+	Rank        int
+	Members     int
+	MemberNames []string
+	Shares      []int
+	// Computes are the compute times every rank reported for the
+	// iteration just ended, in the ranks of the view it ran in; nil when
+	// the boundary failed or changed the view.
+	Computes []time.Duration
 	// ViewChanged, SharesChanged and Redo are those of the change
 	// returned (see gyre.Change); Redo marks a recovery, which redoes the
 	// iterations since the last commit.
