@@ -320,6 +320,12 @@ type Config struct {
 	// picks a free one (Worker.MetricsAddr says which). A port in use
 	// fails Join. The metrics are documented in docs/operations.md.
 	MetricsAddr string
+	// Timeline, if set, is a file the worker writes its Chrome trace-event
+	// JSON into (Perfetto and chrome://tracing open it): the trainer's
+	// spans, the boundaries, every collective, and instant events for view
+	// changes, share changes and recoveries. It is complete once the
+	// worker is closed.
+	Timeline string
 }
 
 // logger returns Logger, or the default: warnings and errors on stderr.
@@ -774,6 +780,8 @@ const (
 	EnvCheckpointRequired = "GYRE_CHECKPOINT_REQUIRED"
 	// EnvMetricsAddr is Config.MetricsAddr, host:port.
 	EnvMetricsAddr = "GYRE_METRICS_ADDR"
+	// EnvTimeline is Config.Timeline, a file.
+	EnvTimeline = "GYRE_TIMELINE"
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
@@ -801,6 +809,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvAlgo, &c.Algo)
 	str(EnvCheckpointDir, &c.CheckpointDir)
 	str(EnvMetricsAddr, &c.MetricsAddr)
+	str(EnvTimeline, &c.Timeline)
 	boolean := func(name string, dst *bool) {
 		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
 			b, err := strconv.ParseBool(strings.TrimSpace(v))

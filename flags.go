@@ -26,7 +26,7 @@ import (
 // --balance-allow-zero, --ring-order, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout,
 // --peer-timeout, --quorum-timeout, --checkpoint-dir, --checkpoint-every,
-// --checkpoint-keep, --checkpoint-required and --metrics-addr.
+// --checkpoint-keep, --checkpoint-required, --metrics-addr and --timeline.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -107,6 +107,8 @@ func (c *Config) bind(fs flagAdder) {
 		"end the job when a checkpoint cannot be written, instead of logging it and training on")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr,
 		"serve Prometheus metrics at http://HOST:PORT/metrics and a status page at / (empty: none; port 0: any free port, logged)")
+	fs.StringVar(&c.Timeline, "timeline", c.Timeline,
+		"write a Chrome trace-event timeline of this worker (spans, boundaries, collectives) to this file; open it in Perfetto")
 }
 
 // stringList is a list flag of strings. Each Set appends, so a flag may be

@@ -1,6 +1,10 @@
 package gyre
 
-import "time"
+import (
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/obs"
+)
 
 // SpanKind names a phase of an iteration on the trainer's side.
 type SpanKind uint8
@@ -50,12 +54,18 @@ type Hooks struct {
 //	loss := model.Forward(x)
 //	end()
 func (w *Worker) StartSpan(kind SpanKind) (end func()) {
-	if w.hooks.Span == nil {
+	so, _ := w.observer.(obs.SpanObserver)
+	if w.hooks.Span == nil && so == nil {
 		return func() {}
 	}
 	s := Span{Kind: kind, Iter: w.iter, Rank: w.cur.rank, Start: time.Now()}
 	return func() {
 		s.End = time.Now()
-		w.hooks.Span(s)
+		if w.hooks.Span != nil {
+			w.hooks.Span(s)
+		}
+		if so != nil {
+			so.Span(kind.String(), s.Iter, s.Start, s.End)
+		}
 	}
 }

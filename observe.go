@@ -32,10 +32,24 @@ func (w *Worker) MetricsAddr() string {
 	return w.metrics.Addr().String()
 }
 
-// serveMetrics starts the metrics endpoint Config.MetricsAddr asks for and
-// sets the observer the worker reports to.
-func (w *Worker) serveMetrics() error {
+// startObservers opens the timeline Config.Timeline asks for, starts the
+// metrics endpoint of Config.MetricsAddr, and sets the observer the
+// worker reports to: those and Config.Observer.
+func (w *Worker) startObservers() error {
 	w.observer = w.cfg.Observer
+	if w.cfg.Timeline != "" {
+		tr, err := obs.NewTrace(w.cfg.Timeline)
+		if err != nil {
+			return fmt.Errorf("%w: Timeline (--timeline): %w", ErrConfig, err)
+		}
+		w.trace = tr
+		w.observer = obs.Multi(w.observer, tr)
+	}
+	return w.serveMetrics()
+}
+
+// serveMetrics starts the metrics endpoint Config.MetricsAddr asks for.
+func (w *Worker) serveMetrics() error {
 	if w.cfg.MetricsAddr == "" {
 		return nil
 	}
@@ -50,7 +64,7 @@ func (w *Worker) serveMetrics() error {
 		return fmt.Errorf("%w: MetricsAddr (--metrics-addr) %q: %w", ErrConfig, w.cfg.MetricsAddr, err)
 	}
 	w.metrics = srv
-	w.observer = obs.Multi(w.cfg.Observer, m)
+	w.observer = obs.Multi(w.observer, m)
 	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics")
 	return nil
 }

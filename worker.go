@@ -215,6 +215,7 @@ type Worker struct {
 	// the metrics that metrics serves (Config.MetricsAddr).
 	observer Observer
 	metrics  *obs.Server
+	trace    *obs.Trace
 	computes []time.Duration // every rank's compute time in the last boundary's table
 
 	gradType  string // "float32" or "float64", fixed by the first AllReduceAsync
@@ -348,7 +349,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 			w.Close()
 		}
 	}()
-	if err := w.serveMetrics(); err != nil {
+	if err := w.startObservers(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.JoinTimeout,
@@ -371,6 +372,9 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	w.nextCheck, w.lastVote = w.iter, time.Now()
 	if gossip {
 		w.rec = newRecoverer(w)
+	}
+	if w.trace != nil {
+		w.trace.Start(w.Rank(), w.cur.view.Members[w.Rank()])
 	}
 	w.log.Info().Int("world", w.Size()).Uint64("epoch", w.cur.view.Epoch).Int64("iter", w.iter).Msg("joined")
 	joined = true
@@ -1106,6 +1110,11 @@ func (w *Worker) Close() error {
 		}
 		if w.metrics != nil {
 			w.metrics.Close()
+		}
+		if w.trace != nil {
+			if terr := w.trace.Close(); terr != nil {
+				w.log.Warn().Err(terr).Str("timeline", w.cfg.Timeline).Msg("the timeline could not be written")
+			}
 		}
 	})
 	return err

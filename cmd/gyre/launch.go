@@ -95,6 +95,7 @@ type launchJob struct {
 	grace     time.Duration
 	static    bool
 	metrics   string // host:port of rank 0's metrics; rank i's port is port+i
+	timeline  string // rank i writes its timeline to this file with .rank<i> before the extension
 }
 
 func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
@@ -109,6 +110,7 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 		"when the job is stopped (a worker exits 75, no quorum; or Ctrl-C), how long the workers get to leave after SIGTERM "+
 			"before SIGKILL; longer than an iteration")
 	f.BoolVar(&j.static, "static", false, "give the workers a fixed peer list (GYRE_PEERS) instead of a gossip seed")
+	f.StringVar(&j.timeline, "timeline", "", "each worker writes a Chrome trace-event timeline: rank i to FILE with .rank<i> before its extension")
 	f.StringVar(&j.metrics, "metrics-addr", "", "serve each worker's Prometheus metrics over HTTP: rank i at HOST:PORT+i (port 0: each a free port, logged)")
 }
 
@@ -179,6 +181,11 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 				addrs[0], addrs[j.n-1], j.n-1)
 		}
 	}
+	if j.timeline != "" {
+		rankEnv := env
+		env = func(i int) []string { return append(rankEnv(i), gyre.EnvTimeline+"="+rankFile(j.timeline, i)) }
+		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: timelines in %s to %s\n", rankFile(j.timeline, 0), rankFile(j.timeline, j.n-1))
+	}
 	if c.prof.Any() {
 		viewEnv := env
 		env = func(i int) []string { return append(viewEnv(i), c.prof.WorkerEnv(i)...) }
@@ -189,6 +196,13 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		LogDir: j.logDir, Grace: j.grace, NoQuorum: gyre.ExitNoQuorum, IDs: peers, FirstReady: ready, Logger: c.log,
 	})
 	return launchResult(cmd.ErrOrStderr(), err)
+}
+
+// rankFile is path with .rank<i> before its extension: timeline.json
+// becomes timeline.rank0.json.
+func rankFile(path string, i int) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + ".rank" + strconv.Itoa(i) + ext
 }
 
 // metricsAddrs gives each of n ranks its metrics address: HOST:PORT+i for

@@ -316,3 +316,16 @@ func TestLaunchMetricsAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchTimeline: --timeline gives each rank its own file.
+func TestLaunchTimeline(t *testing.T) {
+	lines, stderr, err := launchLines(t, nil, "-n", "2", "--timeline", "out/t.json", "--", "sh", "-c", `echo "$GYRE_LOCAL_RANK $GYRE_TIMELINE"`)
+	if err != nil || len(lines) != 2 {
+		t.Fatalf("%q %v\n%s", lines, err, stderr)
+	}
+	for r, l := range lines {
+		if want := fmt.Sprintf("[%d] %d out/t.rank%d.json", r, r, r); l != want {
+			t.Errorf("rank %d: %q, want %q", r, l, want)
+		}
+	}
+}

@@ -53,6 +53,12 @@ type Boundary struct {
 	ViewChanged, SharesChanged, Redo bool
 }
 
+// SpanObserver is an Observer that also takes the trainer's spans
+// (gyre.Worker.StartSpan): forward, backward, step, eval.
+type SpanObserver interface {
+	Span(kind string, iter int64, start, end time.Time)
+}
+
 // Multi reports to every non-nil observer in turn; nil if there is none.
 func Multi(observers ...Observer) Observer {
 	var m multi
@@ -81,5 +87,13 @@ func (m multi) Collective(s ring.CollectiveStats) {
 func (m multi) Boundary(b Boundary) {
 	for _, o := range m {
 		o.Boundary(b)
+	}
+}
+
+func (m multi) Span(kind string, iter int64, start, end time.Time) {
+	for _, o := range m {
+		if so, ok := o.(SpanObserver); ok {
+			so.Span(kind, iter, start, end)
+		}
 	}
 }
