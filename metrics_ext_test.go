@@ -55,19 +55,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			}
 		}
 		walls[r] = time.Since(start)
-		for w.Iter() < iters {
-			w.Batch()
-			if err := w.Wait(ctx); err != nil {
-				return err
-			}
-			if _, err := w.Boundary(ctx); err != nil {
-				return err
-			}
-			if err := w.Commit(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return iterate(ctx, w, iters, nil)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -206,4 +194,27 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels 
 	}
 	t.Fatalf("%s is neither a counter nor a gauge", name)
 	return 0
+}
+
+// iterate runs w's iterations until iters: Batch, then body (if any),
+// Wait, Boundary and Commit.
+func iterate(ctx context.Context, w *gyre.Worker, iters int64, body func() error) error {
+	for w.Iter() < iters {
+		w.Batch()
+		if body != nil {
+			if err := body(); err != nil {
+				return err
+			}
+		}
+		if err := w.Wait(ctx); err != nil {
+			return err
+		}
+		if _, err := w.Boundary(ctx); err != nil {
+			return err
+		}
+		if err := w.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

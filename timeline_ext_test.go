@@ -36,27 +36,14 @@ func TestTimeline(t *testing.T) {
 			return err
 		}
 		data := make([]float32, size/4)
-		for w.Iter() < iters {
-			w.Batch()
+		return iterate(ctx, w, iters, func() error {
 			end := w.StartSpan(gyre.SpanForward)
 			time.Sleep(time.Millisecond)
 			end()
 			end = w.StartSpan(gyre.SpanBackward)
-			if err := ring.AllReduce(ctx, comm, wire.OpSum, data); err != nil {
-				return err
-			}
-			end()
-			if err := w.Wait(ctx); err != nil {
-				return err
-			}
-			if _, err := w.Boundary(ctx); err != nil {
-				return err
-			}
-			if err := w.Commit(); err != nil {
-				return err
-			}
-		}
-		return nil
+			defer end()
+			return ring.AllReduce(ctx, comm, wire.OpSum, data)
+		})
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
