@@ -14,6 +14,12 @@ import (
 // worker there and ends its goroutine.
 func WithFailAction(die func()) Option { return func(o *options) { o.failAction = die } }
 
+// WithTimelineSkew adds skew to every timestamp of the worker's timeline,
+// as if its clock were off by that much.
+func WithTimelineSkew(skew time.Duration) Option {
+	return func(o *options) { o.timelineSkew = skew }
+}
+
 // DataComm returns the data communicator of w's current view, for tests
 // that run collectives on it directly.
 func DataComm(w *Worker) *ring.Comm { return w.cur.data }

@@ -38,7 +38,7 @@ func (w *Worker) MetricsAddr() string {
 func (w *Worker) startObservers() error {
 	w.observer = w.cfg.Observer
 	if w.cfg.Timeline != "" {
-		tr, err := obs.NewTrace(w.cfg.Timeline)
+		tr, err := obs.NewTrace(w.cfg.Timeline, w.timelineSkew)
 		if err != nil {
 			return fmt.Errorf("%w: Timeline (--timeline): %w", ErrConfig, err)
 		}

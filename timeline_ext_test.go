@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/gyretest"
+	"github.com/gyre-ml/gyre/internal/obs"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/ring"
 )
@@ -109,4 +112,95 @@ func TestTimeline(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTimelineMerge runs 2 workers twice, first with true clocks and then
+// with rank 1's timeline 250 ms ahead, and merges each pair of files: the
+// merge finds the skew, and after it the boundaries of the two ranks lie
+// as close (median over iterations) as in the run without skew, or within
+// 5 ms.
+func TestTimelineMerge(t *testing.T) {
+	const skew = 250 * time.Millisecond
+	unskewed := mergedBoundaryGap(t, 0)
+	skewed := mergedBoundaryGap(t, skew)
+	t.Logf("median boundary gap after the merge: %v without skew, %v with rank 1 %v ahead (shift %v)",
+		unskewed.gap, skewed.gap, skew, skewed.shift)
+	if d := skewed.shift + skew; d < -5*time.Millisecond || d > 5*time.Millisecond {
+		t.Errorf("the merge shifted rank 1 by %v; its clock was %v ahead", skewed.shift, skew)
+	}
+	if limit := max(5*time.Millisecond, unskewed.gap); skewed.gap > limit {
+		t.Errorf("boundaries %v apart after merging the skewed run, want within %v", skewed.gap, limit)
+	}
+}
+
+type mergeResult struct{ gap, shift time.Duration }
+
+// mergedBoundaryGap runs 2 workers for 20 iterations, rank 1's timeline
+// skewed by skew, merges the two timelines and returns the median gap
+// between the ranks' boundary ends in the merged file, and rank 1's shift.
+func mergedBoundaryGap(t *testing.T, skew time.Duration) mergeResult {
+	t.Helper()
+	const n, iters = 2, 20
+	dir := t.TempDir()
+	path := func(r int) string { return filepath.Join(dir, fmt.Sprintf("t.%d.json", r)) }
+	c := gyretest.MakeCluster(t, gyretest.Options{N: n,
+		Config: func(r int, c *gyre.Config) { c.Timeline = path(r) },
+		Options: func(r int) []gyre.Option {
+			if r == 1 {
+				return []gyre.Option{gyre.WithTimelineSkew(skew)}
+			}
+			return nil
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := errors.Join(c.Run(func(_ int, w *gyre.Worker) error { return iterate(ctx, w, iters, nil) })...); err != nil {
+		t.Fatal(err)
+	}
+	var files []obs.TraceFile
+	for r, w := range c.Workers {
+		w.Close()
+		f, err := os.Open(path(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf, err := obs.ReadTrace(path(r), f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, tf)
+	}
+	merged, offsets, err := obs.Merge(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[float64]map[float64]float64{} // pid → iter → end
+	for _, raw := range merged {
+		var e struct {
+			Name string             `json:"name"`
+			Ph   string             `json:"ph"`
+			Ts   float64            `json:"ts"`
+			Dur  float64            `json:"dur"`
+			Pid  float64            `json:"pid"`
+			Args map[string]float64 `json:"args"`
+		}
+		json.Unmarshal(raw, &e)
+		if e.Ph == "X" && e.Name == "boundary" {
+			if ends[e.Pid] == nil {
+				ends[e.Pid] = map[float64]float64{}
+			}
+			ends[e.Pid][e.Args["iter"]] = e.Ts + e.Dur
+		}
+	}
+	var gaps []float64
+	for iter, end0 := range ends[0] {
+		if end1, ok := ends[1][iter]; ok {
+			gaps = append(gaps, math.Abs(end1-end0))
+		}
+	}
+	if len(gaps) < iters {
+		t.Fatalf("the merged timeline has %d boundaries of both ranks, want %d", len(gaps), iters)
+	}
+	slices.Sort(gaps)
+	return mergeResult{gap: time.Duration(gaps[len(gaps)/2] * 1e3), shift: time.Duration(offsets[1].Micros * 1e3)}
 }

@@ -131,12 +131,13 @@ type Batch struct {
 type Option func(*options)
 
 type options struct {
-	failAction func() // a test's way to die at a failpoint
-	state      *State
-	t          transport.Transport
-	hooks      Hooks
-	device     func() (kernels.Device, bool)
-	gossipCut  func(addr string) bool
+	failAction   func()        // a test's way to die at a failpoint
+	timelineSkew time.Duration // a test's clock skew, added to the timeline's timestamps
+	state        *State
+	t            transport.Transport
+	hooks        Hooks
+	device       func() (kernels.Device, bool)
+	gossipCut    func(addr string) bool
 }
 
 // WithState registers the trainer's state: Join makes every worker's
@@ -256,8 +257,10 @@ type Worker struct {
 	// worker dies there instead of its process; died says it has.
 	failAt     failpoint
 	failAction func()
-	gossipCut  func(addr string) bool // WithGossipBlock
-	died       atomic.Bool
+	// timelineSkew shifts the timeline's clock (tests of merging only).
+	timelineSkew time.Duration
+	gossipCut    func(addr string) bool // WithGossipBlock
+	died         atomic.Bool
 
 	// est fits this worker's compute model from its own iterations; bst
 	// is the share decision's state, the same on every member.
@@ -323,7 +326,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	base := cfg.logger()
 	hooked := base.Hook(rankHook{rank})
 	cfg.Logger = &hooked
-	w := &Worker{failAction: o.failAction, gossipCut: o.gossipCut, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+	w := &Worker{failAction: o.failAction, timelineSkew: o.timelineSkew, gossipCut: o.gossipCut, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
 		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}, redoneMismatch: -1}
 	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it

@@ -25,7 +25,8 @@ type Trace struct {
 	mu     sync.Mutex
 	f      *os.File
 	w      *bufio.Writer
-	pid    int          // -1 until Start
+	pid    int // -1 until Start
+	skew   time.Duration
 	held   []traceEvent // events before Start
 	events int
 	err    error
@@ -51,13 +52,14 @@ type traceEvent struct {
 }
 
 // NewTrace creates path for a worker's trace. Events before Start, while
-// the worker joins and its rank is not known, are held until then.
-func NewTrace(path string) (*Trace, error) {
+// the worker joins and its rank is not known, are held until then. skew
+// is added to every timestamp: zero but in tests of Merge.
+func NewTrace(path string, skew time.Duration) (*Trace, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("obs: timeline: %w", err)
 	}
-	t := &Trace{f: f, w: bufio.NewWriter(f), pid: -1}
+	t := &Trace{f: f, w: bufio.NewWriter(f), pid: -1, skew: skew}
 	_, t.err = t.w.WriteString("[\n")
 	return t, t.err
 }
@@ -82,7 +84,7 @@ func (t *Trace) start(pid int, name string) {
 	t.held = nil
 }
 
-func micros(t time.Time) float64 { return float64(t.UnixNano()) / 1e3 }
+func (t *Trace) micros(at time.Time) float64 { return float64(at.Add(t.skew).UnixNano()) / 1e3 }
 
 // write appends one event; the caller holds mu or owns t.
 func (t *Trace) write(e traceEvent) {
@@ -114,7 +116,7 @@ func (t *Trace) add(e traceEvent) {
 
 // span records a complete event from start to end.
 func (t *Trace) span(name, cat string, tid int, start, end time.Time, args map[string]any) {
-	t.add(traceEvent{Name: name, Cat: cat, Ph: "X", Ts: micros(start), Dur: float64(end.Sub(start).Nanoseconds()) / 1e3, Tid: tid, Args: args})
+	t.add(traceEvent{Name: name, Cat: cat, Ph: "X", Ts: t.micros(start), Dur: float64(end.Sub(start).Nanoseconds()) / 1e3, Tid: tid, Args: args})
 }
 
 // Collective records a collective as a span on the collectives thread.
@@ -137,7 +139,7 @@ func (t *Trace) Boundary(b Boundary) {
 	}
 	t.span("boundary", "boundary", traceThreadTrainer, end.Add(-b.Duration), end, args)
 	instant := func(name string, args map[string]any) {
-		t.add(traceEvent{Name: name, Cat: "view", Ph: "i", Scope: "p", Ts: micros(end), Tid: traceThreadTrainer, Args: args})
+		t.add(traceEvent{Name: name, Cat: "view", Ph: "i", Scope: "p", Ts: t.micros(end), Tid: traceThreadTrainer, Args: args})
 	}
 	switch {
 	case b.Err != nil:
