@@ -21,6 +21,7 @@ import (
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/launch"
 	"github.com/gyre-ml/gyre/internal/prof"
+	"github.com/gyre-ml/gyre/internal/progress"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -190,11 +191,33 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		viewEnv := env
 		env = func(i int) []string { return append(viewEnv(i), c.prof.WorkerEnv(i)...) }
 	}
-	err = launch.Run(cmd.Context(), launch.Options{
+	opts := launch.Options{
 		N: j.n, Argv: argv, Env: env,
 		Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		LogDir: j.logDir, Grace: j.grace, NoQuorum: gyre.ExitNoQuorum, IDs: peers, FirstReady: ready, Logger: c.log,
-	})
+	}
+	if isTerminal(cmd.OutOrStdout()) {
+		// The workers write to pipes: worker 0 hands its progress over as
+		// plain lines, and launch draws the live line on its terminal.
+		bar := progress.NewBar(cmd.OutOrStdout())
+		defer bar.Finish()
+		workerEnv := env
+		opts.Env = func(i int) []string {
+			if i == 0 {
+				return append(workerEnv(i), envProgress+"="+progressLines)
+			}
+			return workerEnv(i)
+		}
+		opts.Stdout = bar
+		opts.TakeLine = func(i int, line []byte) bool {
+			st, ok := progress.Parse(line)
+			if ok && i == 0 {
+				bar.Update(st)
+			}
+			return ok
+		}
+	}
+	err = launch.Run(cmd.Context(), opts)
 	return launchResult(cmd.ErrOrStderr(), err)
 }
 

@@ -18,7 +18,17 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/mlp"
+	"github.com/gyre-ml/gyre/internal/progress"
 	"github.com/gyre-ml/gyre/internal/train"
+)
+
+// envProgress set to progressLines makes train's rank 0 write its progress
+// as plain lines (progress.State.Line) every progressInterval, for gyre
+// launch to draw on its terminal.
+const (
+	envProgress      = "GYRE_PROGRESS"
+	progressLines    = "lines"
+	progressInterval = 200 * time.Millisecond
 )
 
 type trainFlags struct {
@@ -184,6 +194,43 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	log = workerLog(c.log, w)
 	setGraceful(w.RequestLeave)
 	defer setGraceful(nil)
+	// Rank 0's live line: drawn here on a terminal, or handed to gyre
+	// launch as plain lines when it asks (its workers write to pipes).
+	var bar *progress.Bar
+	var lines *progress.Lines
+	switch {
+	case isTerminal(out):
+		bar = progress.NewBar(out)
+		out = bar
+		defer bar.Finish()
+	case lookupIs(c.env.lookup, envProgress, progressLines):
+		lines = progress.NewLines(out, progressInterval)
+		defer lines.Flush()
+	}
+	if bar != nil || lines != nil {
+		prev, sps := onIter, 0.0
+		onIter = func(it train.Iteration) {
+			if prev != nil {
+				prev(it)
+			}
+			if it.Rank != 0 || it.Seconds <= 0 {
+				return
+			}
+			// A moving average: one iteration's rate jumps with the
+			// scheduler.
+			rate := float64(it.Global) / it.Seconds
+			if sps == 0 {
+				sps = rate
+			}
+			sps = 0.9*sps + 0.1*rate
+			st := progress.State{Iter: it.Iter + 1, Total: fl.iters, Loss: it.Loss, SamplesPerSec: sps, Shares: it.Shares}
+			if bar != nil {
+				bar.Update(st)
+			} else {
+				lines.Update(st)
+			}
+		}
+	}
 	// The console: a line per membership event, and rank 0's table.
 	onEvent := func(e train.Event) {
 		if !e.Lead() {
@@ -301,4 +348,10 @@ func saveParams(f *os.File, params [][]float64) error {
 		}
 	}
 	return errors.Join(w.Flush(), f.Close())
+}
+
+// lookupIs reports whether the variable name is set to value.
+func lookupIs(lookup func(string) (string, bool), name, value string) bool {
+	v, ok := lookup(name)
+	return ok && v == value
 }

@@ -56,6 +56,9 @@ type Options struct {
 	FirstReady func(ctx context.Context) error
 	// Logger receives the launcher's own events.
 	Logger zerolog.Logger
+	// TakeLine, if set, sees every line of every worker's stdout first
+	// (i its launch index); a line it returns true for is not printed.
+	TakeLine func(i int, line []byte) bool
 }
 
 // Exit is how a worker that failed ended.
@@ -431,6 +434,9 @@ func start(r int, o Options, stdout, stderr io.Writer) (*rank, error) {
 		rk.file = f
 	}
 	po := &prefixWriter{prefix: prefix, out: outW}
+	if o.TakeLine != nil {
+		po.take = func(line []byte) bool { return o.TakeLine(r, line) }
+	}
 	pe := &prefixWriter{prefix: prefix, out: errW, seen: rk.report.add}
 	rk.outs = []*prefixWriter{po, pe}
 	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)

@@ -7,12 +7,14 @@ import (
 
 // prefixWriter puts prefix before every line written through it and
 // passes complete lines on in one Write. A trailing partial line waits for
-// its newline or for Flush. seen, if set, also gets each line, unprefixed.
+// its newline or for Flush. seen, if set, also gets each line, unprefixed;
+// a line that take, if set, returns true for goes no further.
 type prefixWriter struct {
 	prefix []byte
 	out    io.Writer
 	line   []byte
 	seen   func(line []byte)
+	take   func(line []byte) bool
 }
 
 // maxLine bounds a buffered partial line; past it the line is passed on
@@ -51,6 +53,10 @@ func (p *prefixWriter) Flush() error {
 func (p *prefixWriter) emit() error {
 	if p.seen != nil {
 		p.seen(p.line)
+	}
+	if p.take != nil && p.take(p.line) {
+		p.line = p.line[:0]
+		return nil
 	}
 	buf := make([]byte, 0, len(p.prefix)+len(p.line))
 	buf = append(append(buf, p.prefix...), p.line...)
