@@ -94,7 +94,7 @@ for r in $(seq 1 "$rounds"); do
   changed=$(awk '{printf "%.3f", $1 / 1e9}' "$out/lbbsp$r/recap.txt")
   echo "## round $r"
   "$out/static/gyre" bench balance --run "lbbsp=$out/lbbsp$r/metrics-0.jsonl" --run "static=$out/static/metrics-0.jsonl" \
-    $solo_flags --change-time "$changed" --json "$out/balance$r.json" | tee "$out/balance$r.txt"
+    $solo_flags --change-time "$changed" --json "$out/balance$r.json" --plot "$out/balance$r.png" | tee "$out/balance$r.txt"
   grep '^# \(solo rates\|lbbsp\|lbbsp / static\)' "$out/balance$r.txt" | sed "s/^# /round $r: /" >> "$out/summary.txt"
 done
 when="after iteration $recap_iter"

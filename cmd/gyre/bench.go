@@ -10,6 +10,6 @@ func newBenchCmd(c *cli) *cobra.Command {
 			"medians over runs, GB/s of 1e9 bytes per second, and comparisons as\n" +
 			"median ratios of interleaved runs. --json FILE keeps the raw runs.",
 	}
-	cmd.AddCommand(newBenchTransportCmd(c), newBenchTransportPeerCmd(c), newBenchAllReduceCmd(c), newBenchOverlapCmd(c), newBenchGossipCmd(c), newBenchBalanceCmd(c))
+	cmd.AddCommand(newBenchTransportCmd(c), newBenchTransportPeerCmd(c), newBenchAllReduceCmd(c), newBenchOverlapCmd(c), newBenchGossipCmd(c), newBenchBalanceCmd(c), newBenchPlotCmd(c))
 	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -16,6 +17,7 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 		runs, solo []string
 		o          bench.BalanceOptions
 		jsonFile   string
+		plotFile   string
 	)
 	cmd := &cobra.Command{
 		Use:   "balance --run NAME=METRICS [--run NAME=METRICS] [--solo METRICS]... [flags]",
@@ -70,6 +72,11 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if plotFile != "" {
+				if err := writePlot(plotFile, func(w io.Writer) error { return bench.PlotBalance(w, &rep) }); err != nil {
+					return fmt.Errorf("--plot: %w", err)
+				}
+			}
 			return printReport(cmd, &rep, jsonFile)
 		},
 	}
@@ -81,7 +88,21 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 	f.Float64Var(&o.ChangeTime, "change-time", 0, "when the cap changed, in seconds since 1970 (instead of --change-at)")
 	f.StringVar(&o.Changed, "changed", "", "the run whose cap changed (default: the first)")
 	f.StringVar(&jsonFile, "json", "", "also write the report, with every iteration, as JSON to this file")
+	f.StringVar(&plotFile, "plot", "", "also draw each run's shares and iteration time over the iterations as a PNG in this file")
 	return cmd
+}
+
+// writePlot creates path and draws into it.
+func writePlot(path string, draw func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := draw(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func readMetricsFile(path string) ([]bench.IterMetrics, error) {

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Series is one line of a busbw plot: a label and, per message size in
+// bytes, the busbw in GB/s of each run read for it.
+type Series struct {
+	Label string
+	BusBW map[int64][]float64
+}
+
+// ReadBusBW adds to s the rows of one allreduce result: a `gyre bench
+// allreduce --json` report, or a table in nccl-tests' layout (size_bytes
+// count time time algbw busbw ...), which gyre bench allreduce prints and
+// the reference peers (Gloo, Open MPI) print too.
+func (s *Series) ReadBusBW(name string, r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if s.BusBW == nil {
+		s.BusBW = map[int64][]float64{}
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		var rep AllReduceReport
+		if err := json.Unmarshal(t, &rep); err != nil {
+			return fmt.Errorf("bench: plot: %s: %w", name, err)
+		}
+		for _, row := range rep.Rows {
+			s.BusBW[row.SizeBytes] = append(s.BusBW[row.SizeBytes], row.BusBW)
+		}
+		if len(rep.Rows) == 0 {
+			return fmt.Errorf("bench: plot: %s: the report has no rows", name)
+		}
+		return nil
+	}
+	rows := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		size, err1 := strconv.ParseInt(f[0], 10, 64)
+		bw, err2 := strconv.ParseFloat(f[5], 64)
+		if err1 != nil || err2 != nil {
+			continue // a header or a note
+		}
+		s.BusBW[size] = append(s.BusBW[size], bw)
+		rows++
+	}
+	if rows == 0 {
+		return fmt.Errorf("bench: plot: %s: no rows of size_bytes count time time algbw busbw", name)
+	}
+	return nil
+}
+
+// medians returns the sizes in order and each size's median busbw.
+func (s Series) medians() (sizes []int64, busbw []float64) {
+	for size := range s.BusBW {
+		sizes = append(sizes, size)
+	}
+	slices.Sort(sizes)
+	for _, size := range sizes {
+		v := slices.Clone(s.BusBW[size])
+		slices.Sort(v)
+		busbw = append(busbw, stat.Quantile(0.5, stat.Empirical, v, nil))
+	}
+	return sizes, busbw
+}
+
+// PlotBusBW draws busbw against message size, one line per series (the
+// median over its runs at each size), size on a log2 axis, and writes it
+// as PNG to w.
+func PlotBusBW(w io.Writer, title string, series []Series) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "message size"
+	p.Y.Label.Text = "busbw (GB/s, median of runs)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = sizeTicks{}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	for i, s := range series {
+		sizes, bw := s.medians()
+		pts := make(plotter.XYs, 0, len(sizes))
+		for j, size := range sizes {
+			if size > 0 {
+				pts = append(pts, plotter.XY{X: float64(size), Y: bw[j]})
+			}
+		}
+		if len(pts) == 0 {
+			return fmt.Errorf("bench: plot: %s has no sizes above 0", s.Label)
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		line.Dashes, points.Shape = plotutil.Dashes(i), plotutil.Shape(i)
+		p.Add(line, points)
+		p.Legend.Add(s.Label, line, points)
+	}
+	wt, err := p.WriterTo(9*vg.Inch, 5.5*vg.Inch, "png")
+	if err != nil {
+		return err
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}
+
+// sizeTicks marks powers of 4 bytes from 4 KiB as 4K, 16K, ... 1G.
+type sizeTicks struct{}
+
+func (sizeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log2(lo)); e <= math.Ceil(math.Log2(hi)); e++ {
+		v := math.Exp2(e)
+		if v < lo || v > hi {
+			continue
+		}
+		t := plot.Tick{Value: v}
+		if int(e)%2 == 0 {
+			t.Label = FormatSize(int64(v))
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
+// PlotBalance draws each run of a balance report as two panels, one above
+// the other: every rank's share, and the iteration's time, against the
+// iteration. A vertical mark shows where a cap changed. It writes PNG.
+func PlotBalance(w io.Writer, rep *BalanceReport) error {
+	if len(rep.Runs) == 0 {
+		return fmt.Errorf("bench: plot: the balance report has no runs")
+	}
+	const panelW, panelH = 9 * vg.Inch, 2.8 * vg.Inch
+	rows := 2 * len(rep.Runs)
+	img := vgimg.New(panelW, panelH*vg.Length(rows))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: rows, Cols: 1, PadX: vg.Millimeter, PadY: 2 * vg.Millimeter,
+		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 2 * vg.Millimeter}
+	plots := make([][]*plot.Plot, rows)
+	for i, run := range rep.Runs {
+		shares, times, err := balancePanels(run)
+		if err != nil {
+			return err
+		}
+		plots[2*i], plots[2*i+1] = []*plot.Plot{shares}, []*plot.Plot{times}
+	}
+	canvases := plot.Align(plots, tiles, dc)
+	for r := range plots {
+		plots[r][0].Draw(canvases[r][0])
+	}
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
+}
+
+// balancePanels returns a run's shares and iteration-time plots.
+func balancePanels(run BalanceRun) (shares, times *plot.Plot, err error) {
+	if len(run.Iterations) == 0 {
+		return nil, nil, fmt.Errorf("bench: plot: run %s has no iterations", run.Name)
+	}
+	shares, times = plot.New(), plot.New()
+	shares.Title.Text = run.Name + ": batch shares"
+	shares.Y.Label.Text = "samples"
+	times.Title.Text = run.Name + ": iteration time"
+	times.Y.Label.Text = "seconds"
+	times.X.Label.Text = "iteration"
+	shares.Add(plotter.NewGrid())
+	times.Add(plotter.NewGrid())
+	ranks := len(run.Iterations[0].Shares)
+	for r := range ranks {
+		pts := make(plotter.XYs, 0, len(run.Iterations))
+		for _, it := range run.Iterations {
+			if r < len(it.Shares) {
+				pts = append(pts, plotter.XY{X: float64(it.Iter), Y: float64(it.Shares[r])})
+			}
+		}
+		line, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, nil, err
+		}
+		line.Color, line.Dashes = plotutil.Color(r), plotutil.Dashes(r)
+		shares.Add(line)
+		shares.Legend.Add(fmt.Sprintf("rank %d", r), line)
+	}
+	shares.Legend.Top = true
+	pts := make(plotter.XYs, len(run.Iterations))
+	for i, it := range run.Iterations {
+		pts[i] = plotter.XY{X: float64(it.Iter), Y: it.Seconds}
+	}
+	line, err := plotter.NewLine(pts)
+	if err != nil {
+		return nil, nil, err
+	}
+	times.Add(line)
+	if run.ChangeAt > 0 {
+		for _, p := range []*plot.Plot{shares, times} {
+			mark, err := plotter.NewLine(plotter.XYs{{X: float64(run.ChangeAt), Y: p.Y.Min}, {X: float64(run.ChangeAt), Y: p.Y.Max}})
+			if err != nil {
+				return nil, nil, err
+			}
+			mark.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+			p.Add(mark)
+			p.Legend.Add("cap changed", mark)
+		}
+	}
+	return shares, times, nil
+}
