@@ -283,6 +283,7 @@ func (w *Worker) membershipRecord(rec *record) map[uint64]member {
 	}
 	w.forgetDeparted()
 	live, pending, _ := w.gossipMembers(w.cur)
+	w.joiners = len(pending)
 	for id := range w.departed {
 		if !live[id] || slices.ContainsFunc(pending, func(m member) bool { return m.ID == id }) {
 			delete(w.departed, id) // gossip has seen it go, or it is back elsewhere

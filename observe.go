@@ -81,7 +81,7 @@ func (w *Worker) observeBoundary(iter int64, compute time.Duration, start time.T
 	}
 	b := BoundaryStats{Iter: iter, Next: ch.Iter, Duration: time.Since(start), Compute: compute, Err: err,
 		Epoch: ch.View.Epoch, Members: len(ch.View.Members), MemberNames: ch.View.Members, Rank: rank, Shares: ch.Shares,
-		ViewChanged: ch.ViewChanged, SharesChanged: ch.SharesChanged, Redo: ch.Redo}
+		ViewChanged: ch.ViewChanged, SharesChanged: ch.SharesChanged, Redo: ch.Redo, Pending: w.joiners}
 	if err == nil && !ch.ViewChanged {
 		b.Computes = w.computes
 	}

@@ -218,6 +218,7 @@ type Worker struct {
 	metrics  *obs.Server
 	trace    *obs.Trace
 	computes []time.Duration // every rank's compute time in the last boundary's table
+	joiners  int             // joiners gossip listed at the last boundary, not yet in a view
 
 	gradType  string // "float32" or "float64", fixed by the first AllReduceAsync
 	pending   []*Handle

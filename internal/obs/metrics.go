@@ -42,6 +42,7 @@ type Metrics struct {
 	iteration       prometheus.Gauge
 	epoch           prometheus.Gauge
 	members         prometheus.Gauge
+	pending         prometheus.Gauge
 	rank            prometheus.Gauge
 	share           *prometheus.GaugeVec
 	computeSeconds  prometheus.Gauge
@@ -86,6 +87,7 @@ func NewMetrics(transport string) *Metrics {
 		iteration:      f.gauge("gyre_iteration", "The iteration this worker runs next."),
 		epoch:          f.gauge("gyre_view_epoch", "The epoch of this worker's view."),
 		members:        f.gauge("gyre_view_members", "Members of this worker's view."),
+		pending:        f.gauge("gyre_pending_joiners", "Joiners gossip lists that no view has admitted yet, at the last boundary."),
 		rank:           f.gauge("gyre_rank", "This worker's rank in its view."),
 		share:          f.gaugeVec("gyre_share_samples", "Samples of the global batch each rank computes per iteration.", []string{"rank"}),
 		computeSeconds: f.gauge("gyre_compute_seconds", "This worker's compute time in its last iteration, up to its first Wait."),
@@ -162,6 +164,7 @@ func (m *Metrics) Boundary(b Boundary) {
 	m.iteration.Set(float64(b.Next))
 	m.epoch.Set(float64(b.Epoch))
 	m.members.Set(float64(b.Members))
+	m.pending.Set(float64(b.Pending))
 	m.rank.Set(float64(b.Rank))
 	m.computeSeconds.Set(b.Compute.Seconds())
 	for len(m.rankLabels) < len(b.Shares) {

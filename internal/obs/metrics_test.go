@@ -81,7 +81,10 @@ func TestBoundaryShares(t *testing.T) {
 	if got := testutil.CollectAndCount(m.share); got != 3 {
 		t.Fatalf("%d share series for 3 ranks", got)
 	}
-	m.Boundary(Boundary{Iter: 9, Next: 6, Epoch: 2, Members: 2, Shares: []int{25, 35}, ViewChanged: true, Redo: true})
+	m.Boundary(Boundary{Iter: 9, Next: 6, Epoch: 2, Members: 2, Shares: []int{25, 35}, ViewChanged: true, Redo: true, Pending: 2})
+	if got := testutil.ToFloat64(m.pending); got != 2 {
+		t.Fatalf("%v pending joiners, want 2", got)
+	}
 	if got := testutil.CollectAndCount(m.share); got != 2 {
 		t.Fatalf("%d share series after the view shrank to 2", got)
 	}

@@ -47,6 +47,9 @@ type Boundary struct {
 	// iteration just ended, in the ranks of the view it ran in; nil when
 	// the boundary failed or changed the view.
 	Computes []time.Duration
+	// Pending is how many joiners gossip listed, not yet in a view, when
+	// the boundary voted (0 without gossip).
+	Pending int
 	// ViewChanged, SharesChanged and Redo are those of the change
 	// returned (see gyre.Change); Redo marks a recovery, which redoes the
 	// iterations since the last commit.
