@@ -65,7 +65,7 @@ func (w *Worker) serveMetrics() error {
 	}
 	w.metrics = srv
 	w.observer = obs.Multi(w.observer, m)
-	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics")
+	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics (Worker.MetricsAddr)")
 	return nil
 }
 

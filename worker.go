@@ -1113,7 +1113,9 @@ func (w *Worker) Close() error {
 			err = w.t.Close()
 		}
 		if w.metrics != nil {
-			w.metrics.Close()
+			if merr := w.metrics.Close(); merr != nil {
+				w.log.Warn().Err(merr).Str("metrics_addr", w.MetricsAddr()).Msg("the metrics server did not stop cleanly")
+			}
 		}
 		if w.trace != nil {
 			if terr := w.trace.Close(); terr != nil {

@@ -28,9 +28,10 @@ type Series struct {
 }
 
 // ReadBusBW adds to s the rows of one allreduce result: a `gyre bench
-// allreduce --json` report, or a table in nccl-tests' layout (size_bytes
-// count time time algbw busbw ...), which gyre bench allreduce prints and
-// the reference peers (Gloo, Open MPI) print too.
+// allreduce --json` report, or a table whose header names a busbw column
+// and whose rows start with the size in bytes: gyre bench allreduce's
+// and the reference peers' (size_bytes count time time algbw busbw ...)
+// and nccl-tests' own (size count type redop root time algbw busbw ...).
 func (s *Series) ReadBusBW(name string, r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -52,23 +53,30 @@ func (s *Series) ReadBusBW(name string, r io.Reader) error {
 		}
 		return nil
 	}
-	rows := 0
+	// The busbw column is the header's first "busbw": the sixth in Gyre's
+	// and the peers' tables, the eighth in nccl-tests' own (size count
+	// type redop root time algbw busbw ...).
+	rows, col := 0, -1
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || strings.HasPrefix(f[0], "#") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "#"))
+		if i := slices.Index(f, "busbw"); i >= 0 && col < 0 {
+			col = i
+			continue
+		}
+		if col < 0 || len(f) <= col {
 			continue
 		}
 		size, err1 := strconv.ParseInt(f[0], 10, 64)
-		bw, err2 := strconv.ParseFloat(f[5], 64)
+		bw, err2 := strconv.ParseFloat(f[col], 64)
 		if err1 != nil || err2 != nil {
-			continue // a header or a note
+			continue // a second header line or a note
 		}
 		s.BusBW[size] = append(s.BusBW[size], bw)
 		rows++
 	}
 	if rows == 0 {
-		return fmt.Errorf("bench: plot: %s: no rows of size_bytes count time time algbw busbw", name)
+		return fmt.Errorf("bench: plot: %s: no header naming busbw, or no rows under it", name)
 	}
 	return nil
 }
@@ -119,6 +127,8 @@ func PlotBusBW(w io.Writer, title string, series []Series) error {
 		p.Add(line, points)
 		p.Legend.Add(s.Label, line, points)
 	}
+	// Room above the lines for the legend, which sits top left.
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*(1.1+0.06*float64(len(series)))
 	wt, err := p.WriterTo(9*vg.Inch, 5.5*vg.Inch, "png")
 	if err != nil {
 		return err

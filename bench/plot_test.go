@@ -33,6 +33,14 @@ func TestReadBusBWAndPlot(t *testing.T) {
 	if err := gyre.ReadBusBW("gyre.json", strings.NewReader(report)); err != nil {
 		t.Fatal(err)
 	}
+	// nccl-tests' own layout: busbw is the eighth column.
+	nccl := Series{Label: "nccl-tests"}
+	ncclOut := "#       size         count      type   redop    root     time   algbw   busbw #wrong\n" +
+		"#        (B)    (elements)                               (us)  (GB/s)  (GB/s)\n" +
+		"     1048576        262144     float     sum      -1    222.5    4.71    7.07      0\n"
+	if err := nccl.ReadBusBW("nccl", strings.NewReader(ncclOut)); err != nil || nccl.BusBW[1048576][0] != 7.07 {
+		t.Fatalf("nccl-tests table: %v, busbw %v", err, nccl.BusBW)
+	}
 	if err := (&Series{}).ReadBusBW("empty", strings.NewReader("# nothing here\n")); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("a file with no rows: %v, want an error naming it", err)
 	}

@@ -576,7 +576,8 @@ func (c *Comm) collective(ctx context.Context, key planKey, dtype wire.DType, wo
 	}
 	start := time.Now()
 	err := c.runCollective(ctx, key, dtype, wop, data, wireType)
-	c.cfg.Observer.Collective(CollectiveStats{Algo: key.algo, Bytes: len(data), Wire: wireType, Duration: time.Since(start), Err: err})
+	c.cfg.Observer.Collective(CollectiveStats{Algo: key.algo, Bytes: len(data), Ranks: len(c.members), Wire: wireType,
+		Duration: time.Since(start), Err: err})
 	return err
 }
 

@@ -21,6 +21,8 @@ type CollectiveStats struct {
 	Algo Algo
 	// Bytes is the caller's buffer, before any compression.
 	Bytes int
+	// Ranks is the number of members the collective ran among.
+	Ranks int
 	// Wire is the compression on the wire: wire.DTypeBytes for none.
 	Wire wire.DType
 	// Duration runs from the call to its return, waiting for the Comm

@@ -205,16 +205,16 @@ func (c *cli) inJob() bool {
 	return err == nil && (len(cfg.Peers) > 0 || cfg.Gossip())
 }
 
-// allReduceWorker is one rank of the benchmark, configured by GYRE_*: a
+// allReduceWorker is one rank of the benchmark, configured by GYRE_* and
+// the worker settings given as flags (--metrics-addr, --timeline, ...): a
 // worker of the job's live view, static or gossip.
 func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.AllReduceOptions) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), fl.timeout)
 	defer cancel()
-	cfg, err := gyre.ConfigFromEnv(c.env.lookup)
+	cfg, err := c.workerConfig(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	cfg.Logger = &c.log
 	if fl.ringOrder != "" {
 		cfg.RingOrder = fl.ringOrder
 	}

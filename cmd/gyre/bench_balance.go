@@ -72,12 +72,17 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if plotFile != "" {
-				if err := writePlot(plotFile, func(w io.Writer) error { return bench.PlotBalance(w, &rep) }); err != nil {
-					return fmt.Errorf("--plot: %w", err)
-				}
+			if err := printReport(cmd, &rep, jsonFile); err != nil {
+				return err
 			}
-			return printReport(cmd, &rep, jsonFile)
+			if plotFile == "" {
+				return nil
+			}
+			if err := writePlot(plotFile, func(w io.Writer) error { return bench.PlotBalance(w, &rep) }); err != nil {
+				os.Remove(plotFile) // no half-drawn PNG
+				return fmt.Errorf("--plot: %w", err)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

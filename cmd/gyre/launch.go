@@ -177,10 +177,7 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		}
 		rankEnv := env
 		env = func(i int) []string { return append(rankEnv(i), gyre.EnvMetricsAddr+"="+addrs[i]) }
-		if portOf(addrs[0]) != 0 {
-			fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: metrics at http://%s/metrics (rank 0) to http://%s/metrics (rank %d)\n",
-				addrs[0], addrs[j.n-1], j.n-1)
-		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "gyre launch: metrics and status pages at %s\n", describeAddrs(addrs))
 	}
 	if j.timeline != "" {
 		rankEnv := env
@@ -197,21 +194,20 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		LogDir: j.logDir, Grace: j.grace, NoQuorum: gyre.ExitNoQuorum, IDs: peers, FirstReady: ready, Logger: c.log,
 	}
 	if isTerminal(cmd.OutOrStdout()) {
-		// The workers write to pipes: worker 0 hands its progress over as
-		// plain lines, and launch draws the live line on its terminal.
+		// The workers write to pipes: whichever is rank 0 hands its
+		// progress over as plain lines (a view change may make another
+		// worker rank 0), and launch draws the live line on its terminal.
 		bar := progress.NewBar(cmd.OutOrStdout())
 		defer bar.Finish()
 		workerEnv := env
-		opts.Env = func(i int) []string {
-			if i == 0 {
-				return append(workerEnv(i), envProgress+"="+progressLines)
-			}
-			return workerEnv(i)
-		}
+		opts.Env = func(i int) []string { return append(workerEnv(i), envProgress+"="+progressLines) }
 		opts.Stdout = bar
-		opts.TakeLine = func(i int, line []byte) bool {
+		if isTerminal(cmd.ErrOrStderr()) {
+			opts.Stderr = bar.Also(cmd.ErrOrStderr())
+		}
+		opts.TakeLine = func(_ int, line []byte) bool {
 			st, ok := progress.Parse(line)
-			if ok && i == 0 {
+			if ok {
 				bar.Update(st)
 			}
 			return ok
@@ -221,6 +217,23 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	return launchResult(cmd.ErrOrStderr(), err)
 }
 
+// describeAddrs names each worker's status page: a range for consecutive
+// ports, else one by one.
+func describeAddrs(addrs []string) string {
+	consecutive := true
+	for i := 1; i < len(addrs); i++ {
+		consecutive = consecutive && portOf(addrs[i]) == portOf(addrs[0])+i
+	}
+	if consecutive && len(addrs) > 1 {
+		return fmt.Sprintf("http://%s/ ([0]) to http://%s/ ([%d])", addrs[0], addrs[len(addrs)-1], len(addrs)-1)
+	}
+	parts := make([]string, len(addrs))
+	for i, a := range addrs {
+		parts[i] = fmt.Sprintf("[%d] http://%s/", i, a)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // rankFile is path with .rank<i> before its extension: timeline.json
 // becomes timeline.rank0.json.
 func rankFile(path string, i int) string {
@@ -228,8 +241,9 @@ func rankFile(path string, i int) string {
 	return strings.TrimSuffix(path, ext) + ".rank" + strconv.Itoa(i) + ext
 }
 
-// metricsAddrs gives each of n ranks its metrics address: HOST:PORT+i for
-// rank i, or port 0 (a free port each) for all when PORT is 0.
+// metricsAddrs gives each of n workers its metrics address: HOST:PORT+i
+// for launch index i, or, when PORT is 0, free ports launch picks (on
+// 127.0.0.1, or HOST's ports as free there), so that it can print them.
 func metricsAddrs(addr string, n int) ([]string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -240,12 +254,18 @@ func metricsAddrs(addr string, n int) ([]string, error) {
 		return nil, fmt.Errorf("--metrics-addr %q: want a port in [0, %d] for %d workers", addr, 65536-n, n)
 	}
 	addrs := make([]string, n)
-	for i := range addrs {
-		p := 0
-		if first > 0 {
-			p = first + i
+	if first == 0 {
+		free, err := launch.FreePorts(n)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-addr %q: %w", addr, err)
 		}
-		addrs[i] = net.JoinHostPort(host, strconv.Itoa(p))
+		for i, a := range free {
+			addrs[i] = net.JoinHostPort(host, strconv.Itoa(portOf(a)))
+		}
+		return addrs, nil
+	}
+	for i := range addrs {
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(first+i))
 	}
 	return addrs, nil
 }

@@ -307,8 +307,14 @@ func TestLaunchMetricsAddr(t *testing.T) {
 			t.Errorf("rank %d: %q, want %q", r, l, want)
 		}
 	}
-	if !strings.Contains(stderr, "http://127.0.0.1:19400/metrics (rank 0) to http://127.0.0.1:19402/metrics (rank 2)") {
+	if !strings.Contains(stderr, "http://127.0.0.1:19400/ ([0]) to http://127.0.0.1:19402/ ([2])") {
 		t.Errorf("launch did not print the metrics addresses:\n%s", stderr)
+	}
+	// Port 0: launch picks free ports itself, to print them.
+	lines, stderr, err = launchLines(t, nil, "-n", "2", "--metrics-addr", "127.0.0.1:0", "--", "sh", "-c", `echo "$GYRE_METRICS_ADDR"`)
+	if err != nil || len(lines) != 2 || strings.HasSuffix(lines[0], ":0") || lines[0][4:] == lines[1][4:] ||
+		!strings.Contains(stderr, "http://"+lines[0][4:]+"/") {
+		t.Fatalf("port 0: %q %v\n%s", lines, err, stderr)
 	}
 	for _, bad := range []string{"19400", "127.0.0.1:x", "127.0.0.1:65535"} {
 		if _, _, err := launchLines(t, nil, "-n", "3", "--metrics-addr", bad, "--", "true"); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {

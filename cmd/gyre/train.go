@@ -192,6 +192,10 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	defer w.Close()
 	log = workerLog(c.log, w)
+	if addr := w.MetricsAddr(); addr != "" {
+		// Every worker serves its own page: say where, port 0 included.
+		fmt.Fprintf(out, "# metrics and status of this worker at http://%s/\n", addr)
+	}
 	setGraceful(w.RequestLeave)
 	defer setGraceful(nil)
 	// Rank 0's live line: drawn here on a terminal, or handed to gyre

@@ -23,12 +23,29 @@ func ReadTrace(name string, r io.Reader) (TraceFile, error) {
 		return TraceFile{}, err
 	}
 	b = bytes.TrimSpace(b)
-	if !bytes.HasSuffix(b, []byte("]")) {
-		b = append(bytes.TrimSuffix(b, []byte(",")), ']')
-	}
 	var evs []json.RawMessage
-	if err := json.Unmarshal(b, &evs); err != nil {
-		return TraceFile{}, fmt.Errorf("obs: %s is not a trace-event JSON array: %w", name, err)
+	if err := json.Unmarshal(b, &evs); err == nil {
+		return TraceFile{Name: name, Events: evs}, nil
+	}
+	// A file cut short: Trace writes "[" and then one event per line, so
+	// every whole line is an event, and a last line cut mid-event is
+	// dropped.
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) == 0 || string(bytes.TrimSpace(lines[0])) != "[" {
+		return TraceFile{}, fmt.Errorf("obs: %s is not a trace-event JSON array", name)
+	}
+	for i, line := range lines[1:] {
+		line = bytes.TrimSuffix(bytes.TrimSpace(line), []byte(","))
+		if len(line) == 0 || string(line) == "]" {
+			continue
+		}
+		if !json.Valid(line) {
+			if i == len(lines)-2 {
+				break // the last line, cut off
+			}
+			return TraceFile{}, fmt.Errorf("obs: %s: line %d is not a trace event", name, i+2)
+		}
+		evs = append(evs, json.RawMessage(line))
 	}
 	return TraceFile{Name: name, Events: evs}, nil
 }
@@ -45,9 +62,17 @@ type Offset struct {
 	Spread float64
 }
 
-// boundaryEnds maps each boundary's iteration to the time it ended.
-func boundaryEnds(f TraceFile) (map[int64]float64, error) {
-	ends := map[int64]float64{}
+// boundaryKey names a boundary: the iteration it ended and the epoch of
+// the view it led to, so that an iteration redone after a recovery is
+// another boundary.
+type boundaryKey struct {
+	epoch uint64
+	iter  int64
+}
+
+// boundaryEnds maps each boundary to the time it ended.
+func boundaryEnds(f TraceFile) (map[boundaryKey]float64, error) {
+	ends := map[boundaryKey]float64{}
 	for _, raw := range f.Events {
 		var e struct {
 			Name string  `json:"name"`
@@ -56,6 +81,7 @@ func boundaryEnds(f TraceFile) (map[int64]float64, error) {
 			Dur  float64 `json:"dur"`
 			Args struct {
 				Iter  *int64 `json:"iter"`
+				Epoch uint64 `json:"epoch"`
 				Error string `json:"error"`
 			} `json:"args"`
 		}
@@ -63,7 +89,7 @@ func boundaryEnds(f TraceFile) (map[int64]float64, error) {
 			return nil, fmt.Errorf("obs: %s: %w", f.Name, err)
 		}
 		if e.Ph == "X" && e.Name == "boundary" && e.Args.Iter != nil && e.Args.Error == "" {
-			ends[*e.Args.Iter] = e.Ts + e.Dur
+			ends[boundaryKey{e.Args.Epoch, *e.Args.Iter}] = e.Ts + e.Dur
 		}
 	}
 	return ends, nil
@@ -72,8 +98,10 @@ func boundaryEnds(f TraceFile) (map[int64]float64, error) {
 // Merge combines workers' timelines into one, on the first file's
 // clock. Every worker leaves a boundary when the same vote completes, so
 // the boundaries are where the clocks can be compared: each file's
-// offset is the median, over the iterations both files have a boundary
-// for, of the difference between their boundary ends. Files from the
+// offset is the median, over the boundaries (iteration and epoch) both
+// files have, of the difference between their ends. Every file must
+// share boundaries with the first: put a worker that ran throughout
+// first. Files from the
 // same process id (two workers that joined at the same rank at
 // different times) keep their own tracks: later ones get new ids.
 func Merge(files []TraceFile) ([]json.RawMessage, []Offset, error) {
@@ -93,8 +121,8 @@ func Merge(files []TraceFile) ([]json.RawMessage, []Offset, error) {
 			return nil, nil, err
 		}
 		var diffs []float64
-		for iter, end := range ends {
-			if r, ok := ref[iter]; ok {
+		for key, end := range ends {
+			if r, ok := ref[key]; ok {
 				diffs = append(diffs, r-end)
 			}
 		}

@@ -1,21 +1,59 @@
 package obs
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gyre-ml/gyre/ring"
 )
 
-// TestReadTraceUnterminated: a killed worker's file, whose closing
-// bracket never came, still reads; garbage does not.
-func TestReadTraceUnterminated(t *testing.T) {
-	f, err := ReadTrace("killed", strings.NewReader("[\n{\"name\":\"a\",\"ph\":\"X\",\"ts\":1,\"pid\":0,\"tid\":1},\n{\"name\":\"b\",\"ph\":\"X\",\"ts\":2,\"pid\":0,\"tid\":1}"))
-	if err != nil || len(f.Events) != 2 {
-		t.Fatalf("unterminated trace: %d events, %v", len(f.Events), err)
+// TestReadTraceCutShort: the file of a worker killed before Close, read
+// from disk as Trace left it at its last boundary and then cut in the
+// middle of an event, still reads, without the cut event; garbage does
+// not.
+func TestReadTraceCutShort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.json")
+	tr, err := NewTrace(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Start(1, "w1")
+	tr.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 64})
+	tr.Boundary(Boundary{Iter: 0, Next: 1, Epoch: 2})
+	// No Close: the process dies here. What the boundary flushed is there.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadTrace("killed", bytes.NewReader(b))
+	if err != nil || len(f.Events) != 5 { // 3 names, the allreduce, the boundary
+		t.Fatalf("the file at the last boundary: %d events, %v\n%s", len(f.Events), err, b)
+	}
+	cut := append(append([]byte(nil), b...), []byte(",\n{\"name\":\"allreduce\",\"ph\":\"X\",\"ts\":17")...)
+	if f, err = ReadTrace("cut", bytes.NewReader(cut)); err != nil || len(f.Events) != 5 {
+		t.Fatalf("cut mid-event: %d events, %v", len(f.Events), err)
 	}
 	if _, err := ReadTrace("garbage", strings.NewReader("hello")); err == nil || !strings.Contains(err.Error(), "garbage") {
 		t.Fatalf("garbage: %v, want an error naming the file", err)
 	}
+	tr.Close()
+	if f, err = ReadTrace("closed", mustOpen(t, path)); err != nil || len(f.Events) != 5 {
+		t.Fatalf("the closed file: %d events, %v", len(f.Events), err)
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // TestMergeShiftsAndSeparates: the second file is shifted onto the

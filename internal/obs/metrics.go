@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,8 +51,13 @@ type Metrics struct {
 	redone          prometheus.Counter
 
 	// lastBig is the last allreduce of at least busBWMinBytes, for
-	// Status.BusBW, kept in atomics so that Collective takes no lock.
-	lastBig struct{ bytes, ns atomic.Int64 }
+	// Status.BusBW, under its own lock (uncontended, and it allocates
+	// nothing) so that its figures always belong together.
+	lastBig struct {
+		sync.Mutex
+		bytes, ranks int
+		took         time.Duration
+	}
 	// ages reads the heartbeat ages (WatchHeartbeats); a member is
 	// silent past silentAfter.
 	ages        HeartbeatAges
@@ -118,8 +122,9 @@ func (m *Metrics) Collective(s ring.CollectiveStats) {
 	}
 	m.collBytes[s.Algo].Add(float64(s.Bytes))
 	if s.Algo.Op() == ring.OpAllReduce && s.Bytes >= busBWMinBytes {
-		m.lastBig.bytes.Store(int64(s.Bytes))
-		m.lastBig.ns.Store(int64(s.Duration))
+		m.lastBig.Lock()
+		m.lastBig.bytes, m.lastBig.ranks, m.lastBig.took = s.Bytes, s.Ranks, s.Duration
+		m.lastBig.Unlock()
 	}
 }
 

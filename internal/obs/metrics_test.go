@@ -117,8 +117,8 @@ func TestStatus(t *testing.T) {
 	}
 	m.Boundary(Boundary{Iter: 6, Next: 7, Epoch: 3, Rank: 1, Members: 3, MemberNames: []string{"a", "b", "c"},
 		Shares: []int{10, 20, 34}, Computes: []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}})
-	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 3 << 20, Duration: 2 * time.Millisecond})
-	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRecursiveDoubling, Bytes: 4 << 10, Duration: time.Millisecond})
+	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 3 << 20, Ranks: 3, Duration: 2 * time.Millisecond})
+	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRecursiveDoubling, Bytes: 4 << 10, Ranks: 3, Duration: time.Millisecond})
 	s := m.Status()
 	if s.Worker != "b" || s.Rank != 1 || s.Epoch != 3 || s.Iteration != 7 || s.GlobalBatch != 64 {
 		t.Fatalf("status %+v", s)

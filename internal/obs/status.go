@@ -91,9 +91,16 @@ func (m *Metrics) Status() Status {
 	if m.ages != nil {
 		m.ages(func(rank int, age time.Duration) { ages[rank] = age })
 	}
+	m.lastBig.Lock()
+	bytes, ranks, took := m.lastBig.bytes, m.lastBig.ranks, m.lastBig.took
+	m.lastBig.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.st.Status
+	if bytes > 0 && took > 0 && ranks > 1 {
+		n := float64(ranks)
+		s.BusBW = 2 * (n - 1) / n * float64(bytes) / took.Seconds()
+	}
 	if s.LastRecovery != nil {
 		t := *s.LastRecovery
 		s.LastRecovery = &t
@@ -122,10 +129,6 @@ func (m *Metrics) Status() Status {
 			s.Worker = name
 		}
 		s.Members[r] = ms
-	}
-	if bytes, ns := m.lastBig.bytes.Load(), m.lastBig.ns.Load(); bytes > 0 && ns > 0 && len(s.Members) > 1 {
-		n := float64(len(s.Members))
-		s.BusBW = 2 * (n - 1) / n * float64(bytes) / (float64(ns) / 1e9)
 	}
 	return s
 }

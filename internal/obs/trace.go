@@ -19,8 +19,12 @@ import (
 // the worker's wall clock since the Unix epoch, so that files from
 // several workers line up once their clock offsets are applied.
 //
-// Events are written as they end, so a killed worker's file still opens:
-// the array format lets the closing bracket go missing. Close writes it.
+// Events are written as they end, one per line, and reach the file at
+// every boundary, so a killed worker's file holds all but its last
+// iteration and ReadTrace reads it. Close writes the closing bracket.
+// Each event costs a small allocation and a write under a lock, on the
+// goroutine that reports it: unlike Metrics, a Trace is not free on the
+// collective's path.
 type Trace struct {
 	mu     sync.Mutex
 	f      *os.File
@@ -29,6 +33,7 @@ type Trace struct {
 	skew   time.Duration
 	held   []traceEvent // events before Start
 	events int
+	closed bool // events after Close (a leaving worker's last boundary) are dropped
 	err    error
 }
 
@@ -60,8 +65,11 @@ func NewTrace(path string, skew time.Duration) (*Trace, error) {
 		return nil, fmt.Errorf("obs: timeline: %w", err)
 	}
 	t := &Trace{f: f, w: bufio.NewWriter(f), pid: -1, skew: skew}
-	_, t.err = t.w.WriteString("[\n")
-	return t, t.err
+	if _, err := t.w.WriteString("[\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("obs: timeline: %w", err)
+	}
+	return t, nil
 }
 
 // Start names the worker's process in the trace: pid, its rank when it
@@ -106,6 +114,9 @@ func (t *Trace) write(e traceEvent) {
 func (t *Trace) add(e traceEvent) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
 	if t.pid < 0 {
 		t.held = append(t.held, e)
 		return
@@ -150,6 +161,9 @@ func (t *Trace) Boundary(b Boundary) {
 	case b.SharesChanged:
 		instant("shares", map[string]any{"shares": append([]int(nil), b.Shares...)})
 	}
+	// Each boundary reaches the file, so a killed worker's timeline lacks
+	// at most its last iteration.
+	t.Flush()
 }
 
 // Span records a trainer-side phase (forward, backward, step, eval).
@@ -161,7 +175,7 @@ func (t *Trace) Span(kind string, iter int64, start, end time.Time) {
 func (t *Trace) Flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.err == nil {
+	if t.err == nil && !t.closed {
 		t.err = t.w.Flush()
 	}
 	return t.err
@@ -172,6 +186,10 @@ func (t *Trace) Flush() error {
 func (t *Trace) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return t.err
+	}
+	t.closed = true
 	if t.pid < 0 {
 		t.start(0, "not joined")
 	}
