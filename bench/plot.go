@@ -214,7 +214,10 @@ func balancePanels(run BalanceRun) (shares, times *plot.Plot, err error) {
 		shares.Add(line)
 		shares.Legend.Add(fmt.Sprintf("rank %d", r), line)
 	}
-	shares.Legend.Top = true
+	shares.Legend.Top, shares.Legend.Left = true, true
+	// Room above the lines for the legend.
+	shares.Y.Max += (shares.Y.Max - shares.Y.Min) * (0.15 + 0.1*float64(ranks))
+	shares.X.Tick.Marker, times.X.Tick.Marker = wholeTicks{}, wholeTicks{}
 	pts := make(plotter.XYs, len(run.Iterations))
 	for i, it := range run.Iterations {
 		pts[i] = plotter.XY{X: float64(it.Iter), Y: it.Seconds}
@@ -236,4 +239,18 @@ func balancePanels(run BalanceRun) (shares, times *plot.Plot, err error) {
 		}
 	}
 	return shares, times, nil
+}
+
+// wholeTicks are gonum's default ticks labelled without decimals, for
+// iteration numbers.
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
+		}
+	}
+	return ticks
 }
