@@ -125,14 +125,27 @@ func (b *Bar) Update(s State) {
 }
 
 // Write passes other output through, above the line.
-func (b *Bar) Write(p []byte) (int, error) {
+func (b *Bar) Write(p []byte) (int, error) { return b.writeTo(b.out, p) }
+
+// Also returns a writer for another stream on the same terminal (stderr):
+// what goes through it clears the line first too.
+func (b *Bar) Also(w io.Writer) io.Writer { return alsoWriter{b, w} }
+
+type alsoWriter struct {
+	b *Bar
+	w io.Writer
+}
+
+func (a alsoWriter) Write(p []byte) (int, error) { return a.b.writeTo(a.w, p) }
+
+func (b *Bar) writeTo(w io.Writer, p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bar == nil {
-		return b.out.Write(p)
+		return w.Write(p)
 	}
 	b.bar.Clear()
-	n, err := b.out.Write(p)
+	n, err := w.Write(p)
 	b.bar.RenderBlank()
 	return n, err
 }
