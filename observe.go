@@ -65,7 +65,7 @@ func (w *Worker) serveMetrics() error {
 	}
 	w.metrics = srv
 	w.observer = obs.Multi(w.observer, m)
-	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics (Worker.MetricsAddr)")
+	w.log.Info().Str("metrics_addr", srv.Addr().String()).Msg("serving metrics at http://" + srv.Addr().String() + "/metrics")
 	return nil
 }
 
@@ -102,5 +102,14 @@ func (w *Worker) heartbeatAges(report func(rank int, age time.Duration)) {
 		if heard := w.live.LastHeard(id); r != vs.rank && !heard.IsZero() {
 			report(r, now.Sub(heard))
 		}
+	}
+}
+
+// observeSpan reports the runtime's own phase name, from start to now,
+// to an observer that takes spans (the timeline): link probes, state
+// transfers.
+func (w *Worker) observeSpan(name string, start time.Time) {
+	if so, ok := w.observer.(obs.SpanObserver); ok {
+		so.Span(name, w.iter, start, time.Now())
 	}
 }

@@ -106,6 +106,7 @@ func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 	if err != nil {
 		return probed{}, err
 	}
+	w.observeSpan("link probes", start)
 	var p probed
 	order := vs.order
 	if ordering {

@@ -73,7 +73,7 @@ func TestTimeline(t *testing.T) {
 		}
 		threads := map[string]int{}
 		var order []string
-		allreduces := 0
+		allreduces, transfers := 0, 0
 		for _, e := range events {
 			if e.Pid != r {
 				t.Fatalf("rank %d's timeline has an event of process %d: %+v", r, e.Pid, e)
@@ -92,6 +92,8 @@ func TestTimeline(t *testing.T) {
 				if e.Tid != threads["trainer"] {
 					t.Errorf("rank %d: %s is not on the trainer's thread", r, e.Name)
 				}
+			case e.Ph == "X" && e.Name == "state transfer":
+				transfers++
 			case e.Ph == "X" && e.Name == "allreduce" && e.Args["bytes"] == float64(size):
 				allreduces++
 				if e.Tid != threads["collectives"] || e.Args["algorithm"] != "ring" {
@@ -101,6 +103,9 @@ func TestTimeline(t *testing.T) {
 		}
 		if len(threads) != 2 {
 			t.Errorf("rank %d: threads %v, want trainer and collectives", r, threads)
+		}
+		if transfers == 0 {
+			t.Errorf("rank %d: no state transfer span: Join broadcasts rank 0's state", r)
 		}
 		if allreduces != iters {
 			t.Errorf("rank %d: %d allreduces of %d bytes in the timeline, want %d", r, allreduces, size, iters)

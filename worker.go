@@ -685,6 +685,7 @@ func (w *Worker) fitting() fitting {
 // syncState broadcasts root's tensors, metadata and iteration to every
 // worker, as Horovod's broadcast_parameters does, so all start identical.
 func (w *Worker) syncState(ctx context.Context, root int) error {
+	defer w.observeSpan("state transfer", time.Now())
 	vs := w.cur
 	var blob []byte
 	if vs.rank == root {
