@@ -14,11 +14,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/gyretest"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // TestMetricsEndpoint runs 2 workers over real QUIC, each serving metrics
@@ -60,6 +62,17 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	// A client with another cluster key is refused, and counted.
+	quiet := zerolog.Nop()
+	stray, err := gyre.NewTransport(gyre.Config{Transport: gyre.TransportQUIC, Key: gyretest.Key(t), DataAddr: "127.0.0.1:0",
+		Name: "stray", Logger: &quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stray.Close()
+	if err := stray.Connect(ctx, c.IDs[0], string(c.IDs[0])); !errors.Is(err, transport.ErrUnauthenticated) {
+		t.Fatalf("a connection with another key: %v, want ErrUnauthenticated", err)
+	}
 	documented := documentedMetrics(t)
 	for r, w := range c.Workers {
 		fams := scrape(t, w.MetricsAddr())
@@ -89,6 +102,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		if got := value(t, fams, "gyre_iteration", nil); got != iters {
 			t.Errorf("rank %d: gyre_iteration %v, want %d", r, got, iters)
+		}
+		if got := value(t, fams, "gyre_refused_connections_total", nil); (r == 0) != (got > 0) {
+			t.Errorf("rank %d: gyre_refused_connections_total %v; only rank 0 was dialled with another key", r, got)
 		}
 		if got := value(t, fams, "gyre_rank", nil); got != float64(r) {
 			t.Errorf("rank %d: gyre_rank %v", r, got)

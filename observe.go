@@ -6,6 +6,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/obs"
 	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // Observer is told what the runtime does, as it happens: every collective
@@ -53,12 +54,15 @@ func (w *Worker) serveMetrics() error {
 	if w.cfg.MetricsAddr == "" {
 		return nil
 	}
-	transport := w.cfg.Transport
+	tname := w.cfg.Transport
 	if w.cfg.lone() {
-		transport = "mem"
+		tname = "mem"
 	}
-	m := obs.NewMetrics(transport)
+	m := obs.NewMetrics(tname)
 	m.WatchHeartbeats(w.heartbeatAges, w.cfg.PeerTimeout)
+	if rc, ok := w.t.(transport.RefusalCounter); ok {
+		m.WatchRefusals(rc.RefusalsTotal)
+	}
 	srv, err := obs.Serve(w.cfg.MetricsAddr, m)
 	if err != nil {
 		return fmt.Errorf("%w: MetricsAddr (--metrics-addr) %q: %w", ErrConfig, w.cfg.MetricsAddr, err)

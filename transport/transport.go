@@ -163,3 +163,10 @@ type Refusal struct {
 type RefusalReporter interface {
 	Refusals() []Refusal
 }
+
+// RefusalCounter is implemented by transports that count every refusal,
+// beyond the bounded list RefusalReporter keeps, for metrics. It does not
+// block and is safe for concurrent use.
+type RefusalCounter interface {
+	RefusalsTotal() uint64
+}

@@ -61,6 +61,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := NewMetrics("mem")
 	m.WatchHeartbeats(func(report func(int, time.Duration)) { report(1, time.Second) }, 0)
+	m.WatchRefusals(func() uint64 { return 1 })
 	m.Collective(ring.CollectiveStats{Algo: ring.AlgoRing, Bytes: 8})
 	for _, b := range []Boundary{
 		{Iter: 0, Next: 1, Members: 2, Shares: []int{1, 1}},

@@ -211,6 +211,15 @@ func (c *heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
+// WatchRefusals serves gyre_refused_connections_total, read from total at
+// every scrape: the transport's count of connections refused for their
+// credentials (a wrong cluster key, a stray client). Call it once.
+func (m *Metrics) WatchRefusals(total func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gyre_refused_connections_total",
+		Help: "Connections the data-plane transport refused for their credentials: a wrong cluster key or a stray client."},
+		func() float64 { return float64(total()) }))
+}
+
 // Handler serves the metrics in Prometheus' exposition formats.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

@@ -177,6 +177,10 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
+// RefusalsTotal counts every connection refused for its credentials
+// (transport.RefusalCounter).
+func (t *Transport) RefusalsTotal() uint64 { return t.refusals.Total() }
+
 // SendBuffer is what a stream usually holds unreceived without blocking
 // a write (transport.SendBufferer): far below quic-go's initial
 // flow-control windows (512 KiB a stream, shared by the connection's

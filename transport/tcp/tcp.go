@@ -115,6 +115,10 @@ func (t *Transport) Drop(peer transport.PeerID, reason error) {
 // certificate this cluster's CA did not issue (transport.RefusalReporter).
 func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 
+// RefusalsTotal counts every connection refused for its credentials
+// (transport.RefusalCounter).
+func (t *Transport) RefusalsTotal() uint64 { return t.refusals.Total() }
+
 // SendBuffer is what a connection usually holds unreceived without
 // blocking a write (transport.SendBufferer): the peer's initial receive
 // window on Linux is 64 KiB or more (net.ipv4.tcp_rmem), and the socket's

@@ -17,8 +17,9 @@ const keep = 64
 // Log is a bounded record of refusals, safe for concurrent use. The zero
 // Log is ready.
 type Log struct {
-	mu   sync.Mutex
-	list []transport.Refusal
+	mu    sync.Mutex
+	list  []transport.Refusal
+	total uint64
 }
 
 // Add records a refusal of the connection from remote, whose certificate
@@ -28,6 +29,7 @@ func (l *Log) Add(remote, claimed string, err error) {
 		Err: fmt.Errorf("%w: %v", transport.ErrUnauthenticated, err)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total++
 	if len(l.list) == keep {
 		copy(l.list, l.list[1:])
 		l.list = l.list[:keep-1]
@@ -40,4 +42,11 @@ func (l *Log) List() []transport.Refusal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]transport.Refusal(nil), l.list...)
+}
+
+// Total returns how many refusals were ever added, the forgotten too.
+func (l *Log) Total() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }

@@ -20,6 +20,9 @@ func TestLogKeepsTheNewest(t *testing.T) {
 	if len(got) != keep || got[0].Claimed != "w10" || got[keep-1].Claimed != transport.PeerID(fmt.Sprintf("w%d", keep+9)) {
 		t.Fatalf("kept %d, first %q, last %q", len(got), got[0].Claimed, got[len(got)-1].Claimed)
 	}
+	if l.Total() != keep+10 {
+		t.Fatalf("Total() = %d after %d refusals", l.Total(), keep+10)
+	}
 	if !errors.Is(got[0].Err, transport.ErrUnauthenticated) {
 		t.Fatalf("Err = %v, want ErrUnauthenticated", got[0].Err)
 	}
