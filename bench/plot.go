@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -88,9 +87,7 @@ func (s Series) medians() (sizes []int64, busbw []float64) {
 	}
 	slices.Sort(sizes)
 	for _, size := range sizes {
-		v := slices.Clone(s.BusBW[size])
-		slices.Sort(v)
-		busbw = append(busbw, stat.Quantile(0.5, stat.Empirical, v, nil))
+		busbw = append(busbw, Median(s.BusBW[size]))
 	}
 	return sizes, busbw
 }
