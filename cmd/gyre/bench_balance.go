@@ -78,7 +78,7 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 			if plotFile == "" {
 				return nil
 			}
-			if err := writePlot(plotFile, func(w io.Writer) error { return bench.PlotBalance(w, &rep) }); err != nil {
+			if err := writeFile(plotFile, func(w io.Writer) error { return bench.PlotBalance(w, &rep) }); err != nil {
 				os.Remove(plotFile) // no half-drawn PNG
 				return fmt.Errorf("--plot: %w", err)
 			}
@@ -95,19 +95,6 @@ func newBenchBalanceCmd(c *cli) *cobra.Command {
 	f.StringVar(&jsonFile, "json", "", "also write the report, with every iteration, as JSON to this file")
 	f.StringVar(&plotFile, "plot", "", "also draw each run's shares and iteration time over the iterations as a PNG in this file")
 	return cmd
-}
-
-// writePlot creates path and draws into it.
-func writePlot(path string, draw func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := draw(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func readMetricsFile(path string) ([]bench.IterMetrics, error) {

@@ -50,7 +50,7 @@ func newBenchPlotCmd(*cli) *cobra.Command {
 				}
 				series = append(series, s)
 			}
-			if err := writePlot(out, func(w io.Writer) error { return bench.PlotBusBW(w, title, series) }); err != nil {
+			if err := writeFile(out, func(w io.Writer) error { return bench.PlotBusBW(w, title, series) }); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d lines\n", out, len(series))

@@ -200,13 +200,21 @@ func commandArgs(cmd *cobra.Command) []string {
 
 // writeJSON writes a benchmark report to path.
 func writeJSON(path string, rep interface{ WriteJSON(io.Writer) error }) error {
+	if err := writeFile(path, rep.WriteJSON); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := rep.WriteJSON(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
 	return f.Close()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -56,15 +57,7 @@ func newTimelineMergeCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			if err := obs.WriteTrace(f, merged); err != nil {
-				f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
+			if err := writeFile(out, func(w io.Writer) error { return obs.WriteTrace(w, merged) }); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()

@@ -1,12 +1,12 @@
 package obs
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 )
 
 // TraceFile is one worker's timeline, as Merge reads it.
@@ -177,15 +177,14 @@ func abs(v float64) float64 {
 
 // WriteTrace writes events as a trace-event JSON array, one per line.
 func WriteTrace(w io.Writer, events []json.RawMessage) error {
-	var sb strings.Builder
-	sb.WriteString("[\n")
+	bw := bufio.NewWriter(w)
+	bw.WriteString("[\n")
 	for i, e := range events {
 		if i > 0 {
-			sb.WriteString(",\n")
+			bw.WriteString(",\n")
 		}
-		sb.Write(e)
+		bw.Write(e)
 	}
-	sb.WriteString("\n]\n")
-	_, err := io.WriteString(w, sb.String())
-	return err
+	bw.WriteString("\n]\n")
+	return bw.Flush()
 }
