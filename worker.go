@@ -788,7 +788,7 @@ func submit[T float32 | float64](ctx context.Context, w *Worker, name, gradType 
 	}
 	vs := w.cur
 	weigh(grad, vs.shares[vs.rank], w.cfg.GlobalBatch)
-	return w.track(&Handle{h: fuser.AllReduceAsync(ctx, grad)})
+	return w.track(&Handle{h: fuser.AllReduceAsync(ctx, name, grad)})
 }
 
 // weigh scales a local mean gradient by share/global. A share of 0 gives

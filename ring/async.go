@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -31,6 +32,9 @@ type FuserConfig struct {
 	// by its size from the Comm's cost model: bf16 or none
 	// (Comm.AutoCompression). For a Fuser[float32] only.
 	AutoCompress bool
+	// Observer, if set, is told of every bucket when it ends, with its
+	// tensors' names and the times of its phases.
+	Observer BucketObserver
 }
 
 // Validate checks the configuration.
@@ -92,6 +96,7 @@ type Fuser[T float32 | float64] struct {
 	life    context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+	running *bucket[T]   // the bucket whose collective is under way
 	buf     []T          // the worker's contiguous buffer, reused
 	buckets atomic.Int64 // buckets closed, for tests and metrics
 }
@@ -101,8 +106,10 @@ type Fuser[T float32 | float64] struct {
 type bucket[T float32 | float64] struct {
 	ctx     context.Context // the context of the call that closed it
 	tensors [][]T
+	names   []string // the tensors' names, for stall reports and timelines
 	handles []*Handle
 	elems   int
+	closed  time.Time
 }
 
 // Handle is the pending result of one AllReduceAsync.
@@ -160,12 +167,14 @@ func NewFuser[T float32 | float64](c *Comm, cfg FuserConfig) (*Fuser[T], error) 
 	return f, nil
 }
 
-// AllReduceAsync appends t to the open bucket and returns a handle to its
-// result, closing the bucket if it is now full (see Fuser). The caller must
+// AllReduceAsync appends t, the tensor called name, to the open bucket and
+// returns a handle to its result, closing the bucket if it is now full (see
+// Fuser). The name is for people: stall reports and timelines list the
+// names of a bucket's tensors. The caller must
 // not touch t until the handle's Wait returns nil or an error other than
 // ctx's. ctx bounds the collective of the bucket this call closes, if any.
 // After Close, or after a failure, the handle fails at once.
-func (f *Fuser[T]) AllReduceAsync(ctx context.Context, t []T) *Handle {
+func (f *Fuser[T]) AllReduceAsync(ctx context.Context, name string, t []T) *Handle {
 	h := &Handle{done: make(chan struct{})}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -186,6 +195,7 @@ func (f *Fuser[T]) AllReduceAsync(ctx context.Context, t []T) *Handle {
 	}
 	b := f.open
 	b.tensors = append(b.tensors, t)
+	b.names = append(b.names, name)
 	b.handles = append(b.handles, h)
 	b.elems += len(t)
 	if b.elems*f.es >= f.cfg.BucketBytes {
@@ -233,6 +243,25 @@ func (f *Fuser[T]) Close() error {
 	return nil
 }
 
+// Pending returns the names of the tensors submitted and not yet reduced,
+// in submission order: those of the bucket under way, the queued buckets
+// and the open one. A stall report lists them.
+func (f *Fuser[T]) Pending() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	if f.running != nil {
+		names = append(names, f.running.names...)
+	}
+	for _, b := range f.queue {
+		names = append(names, b.names...)
+	}
+	if f.open != nil {
+		names = append(names, f.open.names...)
+	}
+	return names
+}
+
 func (f *Fuser[T]) newBucketLocked() *bucket[T] {
 	if n := len(f.free); n > 0 {
 		b := f.free[n-1]
@@ -244,7 +273,7 @@ func (f *Fuser[T]) newBucketLocked() *bucket[T] {
 
 // closeLocked queues the open bucket for the worker.
 func (f *Fuser[T]) closeLocked(ctx context.Context) {
-	f.open.ctx = ctx
+	f.open.ctx, f.open.closed = ctx, time.Now()
 	f.queue = append(f.queue, f.open)
 	f.open = nil
 	f.buckets.Add(1)
@@ -275,6 +304,7 @@ func (f *Fuser[T]) run() {
 		b := f.queue[0]
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
+		f.running = b
 		err := f.err
 		f.mu.Unlock()
 
@@ -285,6 +315,7 @@ func (f *Fuser[T]) run() {
 		if err != nil && f.err == nil {
 			f.err = err
 		}
+		f.running = nil
 		f.mu.Unlock()
 		for _, h := range b.handles {
 			h.complete(err)
@@ -297,6 +328,11 @@ func (f *Fuser[T]) run() {
 func (f *Fuser[T]) reduce(b *bucket[T]) error {
 	if b.elems == 0 {
 		return nil
+	}
+	var st BucketStats
+	if f.cfg.Observer != nil {
+		st = BucketStats{Tensors: b.names, Bytes: b.elems * f.es, Closed: b.closed, Started: time.Now()}
+		defer func() { st.Done = time.Now(); f.cfg.Observer.Bucket(st) }()
 	}
 	if cap(f.buf) < b.elems {
 		f.buf = make([]T, b.elems)
@@ -313,7 +349,14 @@ func (f *Fuser[T]) reduce(b *bucket[T]) error {
 	if f.cfg.AutoCompress {
 		wt = f.c.AutoCompression(len(buf) * f.es)
 	}
-	if err := f.c.AllReduceCompressed(ctx, wireDType[T](), f.cfg.Op, kernels.Bytes(buf), wt); err != nil {
+	if f.cfg.Observer != nil {
+		st.Packed = time.Now()
+	}
+	err := f.c.AllReduceCompressed(ctx, wireDType[T](), f.cfg.Op, kernels.Bytes(buf), wt)
+	if f.cfg.Observer != nil {
+		st.Reduced, st.Err = time.Now(), err
+	}
+	if err != nil {
 		return err
 	}
 	off = 0
@@ -326,8 +369,9 @@ func (f *Fuser[T]) reduce(b *bucket[T]) error {
 // recycle clears b and keeps it for a later bucket.
 func (f *Fuser[T]) recycle(b *bucket[T]) {
 	clear(b.tensors)
+	clear(b.names)
 	clear(b.handles)
-	b.tensors, b.handles, b.elems, b.ctx = b.tensors[:0], b.handles[:0], 0, nil
+	b.tensors, b.names, b.handles, b.elems, b.ctx = b.tensors[:0], b.names[:0], b.handles[:0], 0, nil
 	f.mu.Lock()
 	f.free = append(f.free, b)
 	f.mu.Unlock()

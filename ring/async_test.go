@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,7 +88,7 @@ func TestFuserReference(t *testing.T) {
 			f := fs[r]
 			var hs []*Handle
 			for _, x := range bufs[r] {
-				hs = append(hs, f.AllReduceAsync(t.Context(), x))
+				hs = append(hs, f.AllReduceAsync(t.Context(), "t", x))
 			}
 			f.Flush(t.Context())
 			for _, h := range hs {
@@ -137,7 +139,7 @@ func TestFuserBucketRule(t *testing.T) {
 		f := newFusers[float64](t, cl.comms, FuserConfig{BucketBytes: 4096})[0]
 		var hs []*Handle
 		for _, l := range tc.lengths {
-			hs = append(hs, f.AllReduceAsync(t.Context(), make([]float64, l)))
+			hs = append(hs, f.AllReduceAsync(t.Context(), "t", make([]float64, l)))
 		}
 		f.Flush(t.Context())
 		for _, h := range hs {
@@ -161,7 +163,7 @@ func TestFuserFloat32Avg(t *testing.T) {
 		for i := range y {
 			y[i] = float32(r)
 		}
-		hx, hy := fs[r].AllReduceAsync(t.Context(), x), fs[r].AllReduceAsync(t.Context(), y)
+		hx, hy := fs[r].AllReduceAsync(t.Context(), "t", x), fs[r].AllReduceAsync(t.Context(), "t", y)
 		fs[r].Flush(t.Context())
 		if err := errors.Join(hx.Wait(t.Context()), hy.Wait(t.Context())); err != nil {
 			return err
@@ -190,7 +192,7 @@ func TestFuserKill(t *testing.T) {
 	errs := each(cl.comms, func(r int, c *Comm) error {
 		var hs []*Handle
 		for _, l := range fuserLengths {
-			hs = append(hs, fs[r].AllReduceAsync(t.Context(), make([]float64, l)))
+			hs = append(hs, fs[r].AllReduceAsync(t.Context(), "t", make([]float64, l)))
 		}
 		fs[r].Flush(t.Context())
 		var failed error
@@ -218,7 +220,7 @@ func TestFuserKill(t *testing.T) {
 		}
 	}
 	// A failed Fuser fails new tensors at once.
-	if err := fs[0].AllReduceAsync(t.Context(), make([]float64, 1)).Wait(t.Context()); err == nil {
+	if err := fs[0].AllReduceAsync(t.Context(), "t", make([]float64, 1)).Wait(t.Context()); err == nil {
 		t.Error("after a failure: got nil, want the failure")
 	}
 }
@@ -229,7 +231,7 @@ func TestFuserWaitCancel(t *testing.T) {
 	cl := newCluster(t, 2, nil)
 	fs := newFusers[float64](t, cl.comms, FuserConfig{})
 	x := []float64{1, 2}
-	h := fs[0].AllReduceAsync(t.Context(), x)
+	h := fs[0].AllReduceAsync(t.Context(), "t", x)
 	fs[0].Flush(t.Context())
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(20*time.Millisecond, cancel)
@@ -242,7 +244,7 @@ func TestFuserWaitCancel(t *testing.T) {
 	}
 	// Rank 1 joins late; the bucket still completes.
 	y := []float64{10, 20}
-	h1 := fs[1].AllReduceAsync(t.Context(), y)
+	h1 := fs[1].AllReduceAsync(t.Context(), "t", y)
 	fs[1].Flush(t.Context())
 	if err := errors.Join(h.Wait(t.Context()), h1.Wait(t.Context())); err != nil {
 		t.Fatal(err)
@@ -274,11 +276,11 @@ func TestFuserClose(t *testing.T) {
 	cl := newCluster(t, 2, nil)
 	fs := newFusers[float32](t, cl.comms, FuserConfig{})
 	mustAll(t, each(cl.comms, func(r int, c *Comm) error {
-		h := fs[r].AllReduceAsync(t.Context(), []float32{1})
+		h := fs[r].AllReduceAsync(t.Context(), "t", []float32{1})
 		fs[r].Flush(t.Context())
 		return h.Wait(t.Context())
 	}))
-	h := fs[0].AllReduceAsync(t.Context(), []float32{1}) // left open
+	h := fs[0].AllReduceAsync(t.Context(), "t", []float32{1}) // left open
 	for r, f := range fs {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
@@ -290,7 +292,7 @@ func TestFuserClose(t *testing.T) {
 	if err := h.Wait(t.Context()); !errors.Is(err, ErrClosed) {
 		t.Errorf("open bucket: got %v, want ErrClosed", err)
 	}
-	if err := fs[1].AllReduceAsync(t.Context(), []float32{1}).Wait(t.Context()); !errors.Is(err, ErrClosed) {
+	if err := fs[1].AllReduceAsync(t.Context(), "t", []float32{1}).Wait(t.Context()); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: got %v, want ErrClosed", err)
 	}
 }
@@ -319,7 +321,7 @@ func TestFuserAutoCompress(t *testing.T) {
 				for i := range g {
 					g[i] = x
 				}
-				h := fs[r].AllReduceAsync(t.Context(), g)
+				h := fs[r].AllReduceAsync(t.Context(), "t", g)
 				fs[r].Flush(t.Context())
 				if err := h.Wait(t.Context()); err != nil {
 					return err
@@ -330,5 +332,70 @@ func TestFuserAutoCompress(t *testing.T) {
 				return nil
 			}))
 		})
+	}
+}
+
+// bucketLog records the buckets a Fuser reports.
+type bucketLog struct {
+	mu      sync.Mutex
+	buckets []BucketStats
+}
+
+func (l *bucketLog) Bucket(s BucketStats) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.Tensors = slices.Clone(s.Tensors) // reused once Bucket returns
+	l.buckets = append(l.buckets, s)
+}
+
+// TestFuserPendingAndObserver checks that a bucket waiting for a late rank
+// lists its tensors as pending, and that the observer hears of each bucket
+// with its tensors' names and phases in order.
+func TestFuserPendingAndObserver(t *testing.T) {
+	cl := newCluster(t, 2, nil)
+	logs := []*bucketLog{{}, {}}
+	fs := make([]*Fuser[float32], 2)
+	for r, c := range cl.comms {
+		f, err := NewFuser[float32](c, FuserConfig{BucketBytes: 16, Observer: logs[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		fs[r] = f
+	}
+	submit := func(f *Fuser[float32]) []*Handle {
+		hs := []*Handle{f.AllReduceAsync(t.Context(), "layer1.weight", make([]float32, 4)),
+			f.AllReduceAsync(t.Context(), "layer1.bias", make([]float32, 2))}
+		f.Flush(t.Context())
+		return hs
+	}
+	early := submit(fs[0]) // rank 1 is late: rank 0's first bucket waits for it
+	if got, want := fs[0].Pending(), []string{"layer1.weight", "layer1.bias"}; !slices.Equal(got, want) {
+		t.Errorf("pending while rank 1 is late: %q, want %q", got, want)
+	}
+	for _, h := range append(early, submit(fs[1])...) {
+		if err := h.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, f := range fs {
+		if p := f.Pending(); len(p) != 0 {
+			t.Errorf("rank %d: pending after every wait: %q", r, p)
+		}
+		logs[r].mu.Lock()
+		got := logs[r].buckets
+		logs[r].mu.Unlock()
+		if len(got) != 2 || !slices.Equal(got[0].Tensors, []string{"layer1.weight"}) || !slices.Equal(got[1].Tensors, []string{"layer1.bias"}) {
+			t.Fatalf("rank %d: buckets %+v, want [layer1.weight] then [layer1.bias]", r, got)
+		}
+		for _, b := range got {
+			times := []time.Time{b.Closed, b.Started, b.Packed, b.Reduced, b.Done}
+			if b.Err != nil || b.Closed.IsZero() || !slices.IsSortedFunc(times, time.Time.Compare) {
+				t.Errorf("rank %d bucket %q: err %v, phases not in order: %v", r, b.Tensors, b.Err, times)
+			}
+		}
+		if got[0].Bytes != 16 || got[1].Bytes != 8 {
+			t.Errorf("rank %d: bucket bytes %d and %d, want 16 and 8", r, got[0].Bytes, got[1].Bytes)
+		}
 	}
 }

@@ -75,6 +75,14 @@ type Config struct {
 	Logger zerolog.Logger
 	// Observer, if set, is told of every collective when it ends.
 	Observer Observer
+	// StallThreshold, with OnStall, reports a collective still under way
+	// after this long, and again after each further StallThreshold, as
+	// Horovod's stall inspector does; keep it well below
+	// CollectiveTimeout. 0 reports nothing.
+	StallThreshold time.Duration
+	// OnStall receives the reports, on the Comm's watchdog goroutine: it
+	// must not block, and must not call the Comm.
+	OnStall func(Stall)
 }
 
 // Defaults.
@@ -101,6 +109,8 @@ func (c *Config) Validate() error {
 		return invalid("collective timeout %v < 0", c.CollectiveTimeout)
 	case c.PeerTimeout < 0:
 		return invalid("peer timeout %v < 0", c.PeerTimeout)
+	case c.StallThreshold < 0:
+		return invalid("stall threshold %v < 0", c.StallThreshold)
 	case c.InitialBandwidth < 0:
 		return invalid("initial bandwidth %v < 0", c.InitialBandwidth)
 	case c.Channel >= transport.NumChannels:
@@ -235,7 +245,9 @@ type Comm struct {
 
 	mu          sync.Mutex // held for a whole collective
 	seq         uint64
-	bw          float64 // bytes per second, for deadlines
+	started     atomic.Uint64 // seq, for Started
+	under       underWay      // the collective in progress, for stall reports
+	bw          float64       // bytes per second, for deadlines
 	plans       planCache
 	scratch     []byte
 	sendScratch []uint16     // compressed sends
@@ -312,12 +324,18 @@ func NewComm(t transport.Transport, cfg Config) (*Comm, error) {
 	c.timer.Stop()
 	c.wg.Add(1)
 	go c.sender()
-	if cfg.Liveness != nil || c.sendBuffer > 0 {
+	if cfg.Liveness != nil || c.sendBuffer > 0 || c.reportsStalls() {
 		c.wg.Add(1)
 		go c.watchdog()
 	}
 	return c, nil
 }
+
+// Started returns how many collectives this Comm has begun: the sequence
+// number of the latest. Every rank begins the same collectives in the same
+// order, so a rank whose count is lower has not yet reached the
+// collective this one is in. It does not wait.
+func (c *Comm) Started() uint64 { return c.started.Load() }
 
 // Rank returns this worker's rank.
 func (c *Comm) Rank() int { return c.cfg.Rank }

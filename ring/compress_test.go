@@ -284,7 +284,7 @@ func TestFuserCompressed(t *testing.T) {
 	mustAll(t, each(cl.comms, func(r int, _ *Comm) error {
 		hs := make([]*Handle, len(lengths))
 		for i := range lengths {
-			hs[i] = fs[r].AllReduceAsync(t.Context(), tensors[i][r])
+			hs[i] = fs[r].AllReduceAsync(t.Context(), "t", tensors[i][r])
 		}
 		fs[r].Flush(t.Context())
 		for _, h := range hs {

@@ -248,9 +248,10 @@ type op struct {
 	// stop asks the send walker to stop before its next send.
 	stop    atomic.Bool
 	sendErr error
-	// waiting is the peer the receive walker is receiving from; read after
-	// the walkers finish, to name the peer in a timeout.
-	waiting int
+	// waiting is the peer the receive walker is receiving from: read
+	// after the walkers finish, to name the peer in a timeout, and by the
+	// watchdog for a stall report.
+	waiting atomic.Int32
 }
 
 func wake(c chan struct{}) {
@@ -359,7 +360,7 @@ func (o *op) walkInline() (handed bool, err error) {
 	i := 0
 	for j := 0; ; j++ {
 		for ; i < len(p.Sends) && p.Sends[i].After < j; i++ {
-			o.waiting = p.Sends[i].Peer // a send that blocks till the deadline names its peer
+			o.waiting.Store(int32(p.Sends[i].Peer)) // a send that blocks till the deadline names its peer
 			o.recvFrom.Store(int64(j))
 			o.sendSeq.Add(1)
 			o.stall.Store(stallArmed)
@@ -378,7 +379,7 @@ func (o *op) walkInline() (handed bool, err error) {
 			if i < len(p.Sends) {
 				return false, fmt.Errorf("ring: %v plan: send %d waits for receive %d of %d", p.Algo, i, p.Sends[i].After, len(p.Recvs))
 			}
-			o.waiting = -1
+			o.waiting.Store(-1)
 			return false, nil
 		}
 		if err := o.recvOne(&p.Recvs[j]); err != nil {
@@ -398,7 +399,7 @@ func (o *op) walkRecvsFrom(j int) error {
 			return err
 		}
 	}
-	o.waiting = -1
+	o.waiting.Store(-1)
 	return nil
 }
 
@@ -406,7 +407,7 @@ func (o *op) walkRecvsFrom(j int) error {
 func (o *op) recvOne(x *Xfer) error {
 	c := o.c
 	if o.codec != nil {
-		o.waiting = x.Peer
+		o.waiting.Store(int32(x.Peer))
 		if err := o.recvCompressed(x); err != nil {
 			return err
 		}
@@ -430,7 +431,7 @@ func (o *op) recvOne(x *Xfer) error {
 			return err
 		}
 	}
-	o.waiting = x.Peer
+	o.waiting.Store(int32(x.Peer))
 	if err := o.recv(x, buf); err != nil {
 		return err
 	}
@@ -623,10 +624,16 @@ func (c *Comm) sender() {
 
 // watchdog ends the collective in progress when a member falls silent
 // (Config.Liveness), checking every livenessPeriod whether one is under
-// way, and looks for stalled inline sends every stallCheck (checkStall).
+// way, looks for stalled inline sends every stallCheck (checkStall), and
+// reports collectives waiting past Config.StallThreshold (reportStall).
 func (c *Comm) watchdog() {
 	defer c.wg.Done()
-	var ticks, stalls <-chan time.Time
+	var ticks, stalls, late <-chan time.Time
+	if c.reportsStalls() {
+		tick := time.NewTicker(stallReportPeriod(c.cfg.StallThreshold))
+		defer tick.Stop()
+		late = tick.C
+	}
 	if c.cfg.Liveness != nil {
 		tick := time.NewTicker(c.livenessPeriod())
 		defer tick.Stop()
@@ -649,6 +656,8 @@ func (c *Comm) watchdog() {
 			}
 		case <-stalls:
 			c.checkStall()
+		case now := <-late:
+			c.reportStall(now)
 		case <-c.quit:
 			return
 		}
@@ -729,6 +738,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		return invalid("%d-byte messages exceed the header's chunk size", e.plan.ChunkElems*wes)
 	}
 	c.seq++
+	c.started.Store(c.seq)
 	hdr := wire.Header{Kind: wire.KindData, Epoch: c.cfg.Epoch, Seq: c.seq, Algo: uint8(e.plan.Algo),
 		DType: dtype, Op: wop, Total: uint64(e.plan.Length), ChunkSize: uint32(e.plan.ChunkElems * wes)}
 	o.plan, o.data, o.es, o.hdr = &e.plan, data, es, hdr
@@ -749,7 +759,8 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	o.sent.Store(0)
 	o.recvd.Store(0)
 	o.stop.Store(false)
-	o.sendErr, o.waiting = nil, -1
+	o.sendErr = nil
+	o.waiting.Store(-1)
 	// Deadlines and the bandwidth estimate count wire bytes: that is what
 	// the links carry.
 	wireBytes := len(data) / es * wes
@@ -762,6 +773,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		return err
 	}
 	start := time.Now()
+	c.under.set(c.seq, e.plan.Algo, len(data), start)
 	// Before begin, so that a timer callback that finds this collective
 	// active reads its deadline.
 	o.deadline.Store(int64(start.Add(o.timeout).Sub(c.born)))
@@ -885,9 +897,9 @@ func (c *Comm) handedOff(e *planEntry, wes int) {
 func (c *Comm) translate(err error, o *op) error {
 	switch {
 	case errors.Is(err, errDeadline):
-		t := &TimeoutError{Deadline: o.timeout, Rank: o.waiting}
-		if o.waiting >= 0 {
-			t.Peer = c.members[o.waiting]
+		t := &TimeoutError{Deadline: o.timeout, Rank: int(o.waiting.Load())}
+		if t.Rank >= 0 {
+			t.Peer = c.members[t.Rank]
 		}
 		return fmt.Errorf("ring: %v seq %d: %w", o.plan.Algo, o.hdr.Seq, t)
 	case errors.Is(err, errSilent):

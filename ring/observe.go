@@ -32,6 +32,27 @@ type CollectiveStats struct {
 	Err error
 }
 
+// BucketObserver is told of every non-empty bucket a Fuser runs, when it
+// ends, on the Fuser's goroutine. It must be quick: the next bucket waits.
+type BucketObserver interface {
+	Bucket(BucketStats)
+}
+
+// BucketStats describes one bucket: its tensors and the times of its
+// phases. A bucket waits in the queue from Closed to Started, is copied
+// into the contiguous buffer until Packed, allreduced until Reduced, and
+// copied back until Done (Done equals Reduced's time if it failed).
+type BucketStats struct {
+	// Tensors are the names of the bucket's tensors in submission order.
+	// The slice is reused once Bucket returns.
+	Tensors []string
+	// Bytes is the bucket's size in memory, before any compression.
+	Bytes                                  int
+	Closed, Started, Packed, Reduced, Done time.Time
+	// Err is the collective's error, nil on success.
+	Err error
+}
+
 // Operations, as Algo.Op names them.
 const (
 	OpAllReduce     = "allreduce"
