@@ -2,6 +2,7 @@ package liveness
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,41 @@ type Config struct {
 	// Logger receives failed heartbeats at debug level. The zero Logger
 	// discards.
 	Logger zerolog.Logger
+	// Progress, if set, is called for every heartbeat sent, which carries
+	// its result to the peer (see Monitor.Progress). It must be quick and
+	// safe for concurrent use.
+	Progress func() Progress
+}
+
+// Progress is where a worker stands in its job. Heartbeats carry it, so
+// that a worker stalled in a collective can tell which peers have not
+// reached it: the ring shows a rank only its neighbours.
+type Progress struct {
+	Epoch uint64 // the view's epoch
+	Iter  int64  // the training iteration
+	// Seq counts the collectives the worker has begun in this epoch.
+	Seq uint64
+}
+
+// Before reports whether p is behind q: in an earlier epoch, or in the
+// same epoch with fewer collectives begun.
+func (p Progress) Before(q Progress) bool {
+	return p.Epoch < q.Epoch || p.Epoch == q.Epoch && p.Seq < q.Seq
+}
+
+// progressLen is the size of a heartbeat's payload: Progress, little
+// endian. A heartbeat without one (a farewell) carries no progress.
+const progressLen = 24
+
+func (p Progress) encode(b *[progressLen]byte) {
+	binary.LittleEndian.PutUint64(b[0:], p.Epoch)
+	binary.LittleEndian.PutUint64(b[8:], uint64(p.Iter))
+	binary.LittleEndian.PutUint64(b[16:], p.Seq)
+}
+
+func decodeProgress(b []byte) Progress {
+	return Progress{Epoch: binary.LittleEndian.Uint64(b[0:]), Iter: int64(binary.LittleEndian.Uint64(b[8:])),
+		Seq: binary.LittleEndian.Uint64(b[16:])}
 }
 
 // Monitor heartbeats with a set of peers and records when each was last
@@ -34,6 +70,7 @@ type Config struct {
 type Monitor struct {
 	t        transport.Transport
 	interval time.Duration
+	progress func() Progress
 	log      zerolog.Logger
 	ctx      context.Context // ended by Close
 	stop     context.CancelFunc
@@ -56,7 +93,9 @@ type peer struct {
 	// brokeAt is when receiving from it first failed since it was last
 	// heard from (unix nanoseconds; 0: it has not).
 	brokeAt atomic.Int64
-	cancel  context.CancelFunc
+	// progress is what its latest heartbeat carried; nil before one did.
+	progress atomic.Pointer[Progress]
+	cancel   context.CancelFunc
 }
 
 // flagFarewell marks a heartbeat as the sender's farewell (Farewell).
@@ -73,7 +112,7 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
-	m := &Monitor{t: cfg.Transport, interval: cfg.Interval, peers: make(map[transport.PeerID]*peer),
+	m := &Monitor{t: cfg.Transport, interval: cfg.Interval, progress: cfg.Progress, peers: make(map[transport.PeerID]*peer),
 		log: cfg.Logger.With().Str("component", "liveness").Logger()}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.stalls.limit = 2 * m.interval
@@ -199,6 +238,22 @@ func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
 	return time.Unix(0, p.heard.Load())
 }
 
+// Progress returns the progress peer's latest heartbeat carried, and when
+// it arrived; false if none has, or peer is not watched. It does not
+// block.
+func (m *Monitor) Progress(id transport.PeerID) (Progress, time.Time, bool) {
+	m.mu.Lock()
+	p := m.peers[id]
+	m.mu.Unlock()
+	if p == nil {
+		return Progress{}, time.Time{}, false
+	}
+	if pr := p.progress.Load(); pr != nil {
+		return *pr, time.Unix(0, p.heard.Load()), true
+	}
+	return Progress{}, time.Time{}, false
+}
+
 // Broken reports when the heartbeat connection from peer broke (closed,
 // reset or dropped) without a farewell, if it has since the peer was last
 // heard from. Of several members whose connections broke within moments,
@@ -293,12 +348,18 @@ func (m *Monitor) send(ctx context.Context, id transport.PeerID) {
 	tick := time.NewTicker(m.interval)
 	defer tick.Stop()
 	hdr := wire.Header{Kind: wire.KindControl}
+	var payload [progressLen]byte
 	for {
 		hdr.Seq++
-		// A heartbeat is 64 bytes; a send that blocks this long is stuck
-		// behind a peer that reads nothing at all.
+		body := payload[:0]
+		if m.progress != nil {
+			m.progress().encode(&payload)
+			body = payload[:]
+		}
+		// A heartbeat is under 100 bytes; a send that blocks this long is
+		// stuck behind a peer that reads nothing at all.
 		sctx, cancel := context.WithTimeout(ctx, 4*m.interval)
-		err := m.t.Send(sctx, id, transport.ChanLiveness, hdr, nil)
+		err := m.t.Send(sctx, id, transport.ChanLiveness, hdr, body)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not sent")
@@ -316,13 +377,17 @@ func (m *Monitor) send(ctx context.Context, id transport.PeerID) {
 // case the peer reconnects.
 func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 	defer m.wg.Done()
-	var buf [0]byte
+	var buf [progressLen]byte
 	for {
-		h, _, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
+		h, n, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
 		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 			return
 		}
 		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
+			if err == nil && n == progressLen {
+				pr := decodeProgress(buf[:])
+				p.progress.Store(&pr)
+			}
 			p.heard.Store(time.Now().UnixNano())
 			p.brokeAt.Store(0)
 			p.gone.Store(false) // its link came back: Farewell waits for it again

@@ -3,6 +3,7 @@ package liveness_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +20,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const interval = 20 * time.Millisecond
 
 // pair returns two connected mem transports with a Monitor each, watching
-// the other.
-func pair(t *testing.T) (*mem.Network, [2]*mem.Transport, [2]*liveness.Monitor) {
+// the other; progress, if given, is each Monitor's Config.Progress.
+func pair(t *testing.T, progress ...func() liveness.Progress) (*mem.Network, [2]*mem.Transport, [2]*liveness.Monitor) {
 	t.Helper()
 	net := mem.NewNetwork(1)
 	var trs [2]*mem.Transport
@@ -39,7 +40,11 @@ func pair(t *testing.T) (*mem.Network, [2]*mem.Transport, [2]*liveness.Monitor) 
 		if err := trs[i].Connect(ctx, peer, string(peer)); err != nil {
 			t.Fatal(err)
 		}
-		m, err := liveness.New(liveness.Config{Transport: trs[i], Interval: interval})
+		cfg := liveness.Config{Transport: trs[i], Interval: interval}
+		if i < len(progress) {
+			cfg.Progress = progress[i]
+		}
+		m, err := liveness.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,5 +225,35 @@ func TestBroken(t *testing.T) {
 	time.Sleep(5 * interval)
 	if at, ok := mons[0].Broken("b"); ok {
 		t.Fatalf("a peer that said farewell is broken at %v", at)
+	}
+}
+
+// TestProgress checks that heartbeats carry each worker's progress, and
+// that a worker reporting none is known to have sent none.
+func TestProgress(t *testing.T) {
+	var seq atomic.Uint64
+	_, _, mons := pair(t, func() liveness.Progress { return liveness.Progress{Epoch: 3, Iter: 41, Seq: seq.Load()} })
+	seq.Store(7)
+	want := liveness.Progress{Epoch: 3, Iter: 41, Seq: 7}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got, at, ok := mons[1].Progress("a")
+		if ok && got == want && time.Since(at) < time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b has a's progress %+v (%v), want %+v", got, ok, want)
+		}
+		time.Sleep(interval)
+	}
+	if got, _, ok := mons[0].Progress("b"); ok {
+		t.Errorf("b sends no progress, yet a has %+v", got)
+	}
+	if _, _, ok := mons[1].Progress("nobody"); ok {
+		t.Error("progress of a peer not watched")
+	}
+	behind, ahead := liveness.Progress{Epoch: 3, Iter: 41, Seq: 6}, liveness.Progress{Epoch: 4, Seq: 1}
+	if !behind.Before(want) || want.Before(behind) || !want.Before(ahead) || want.Before(want) {
+		t.Error("Before does not order by epoch, then collectives begun")
 	}
 }
