@@ -170,3 +170,22 @@ type RefusalReporter interface {
 type RefusalCounter interface {
 	RefusalsTotal() uint64
 }
+
+// LinkCounter is implemented by transports that count their links'
+// events, for metrics. It does not block and is safe for concurrent use.
+type LinkCounter interface {
+	LinkStats() LinkStats
+}
+
+// LinkStats counts a transport's link events since it was created.
+type LinkStats struct {
+	// Connects counts Connects that brought a peer's links up, and
+	// Reconnects those of them to a peer whose links had been up before
+	// (after a failure or a Drop).
+	Connects, Reconnects uint64
+	// DialErrors counts Connects that failed to dial.
+	DialErrors uint64
+	// LinkFailures counts links lost other than in order: reset, timed
+	// out or broken, as when a peer crashes or is cut off.
+	LinkFailures uint64
+}

@@ -60,6 +60,8 @@ var (
 	_ transport.Dropper         = (*Transport)(nil)
 	_ transport.Forgetter       = (*Transport)(nil)
 	_ transport.RefusalReporter = (*Transport)(nil)
+	_ transport.RefusalCounter  = (*Transport)(nil)
+	_ transport.LinkCounter     = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -180,6 +182,10 @@ func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 // RefusalsTotal counts every connection refused for its credentials
 // (transport.RefusalCounter).
 func (t *Transport) RefusalsTotal() uint64 { return t.refusals.Total() }
+
+// LinkStats counts the links' connects, reconnects, dial errors and
+// failures (transport.LinkCounter).
+func (t *Transport) LinkStats() transport.LinkStats { return t.core.LinkStats() }
 
 // SendBuffer is what a stream usually holds unreceived without blocking
 // a write (transport.SendBufferer): far below quic-go's initial

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"errors"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -94,6 +95,43 @@ func testDropReconnect(t *testing.T, ctx context.Context, nodes []Node) {
 	if got := goroutinesBack(base); got > base {
 		t.Fatalf("%d goroutines after %d drop-and-reconnect cycles, %d after the first", got, churnCycles, base)
 	}
+	checkLinkStats(t, ctx, a, churnCycles+1)
+}
+
+// checkLinkStats checks a's link counters, if it keeps them, after
+// cycles connects to one peer, each ended by a Drop for an error, then
+// dials an address nobody answers at and checks that it counts.
+func checkLinkStats(t *testing.T, ctx context.Context, a Node, cycles int) {
+	lc, ok := a.T.(transport.LinkCounter)
+	if !ok {
+		return
+	}
+	got := lc.LinkStats()
+	// The peer's own drops may break a's links before a drops them.
+	if got.Connects != uint64(cycles) || got.Reconnects != uint64(cycles-1) || got.DialErrors != 0 || got.LinkFailures < uint64(cycles) {
+		t.Errorf("after %d connects each dropped for an error: %+v, want %d connects, %d reconnects, no dial errors, at least %d link failures",
+			cycles, got, cycles, cycles-1, cycles)
+	}
+	dead := deadAddr(t)
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := a.T.Connect(dctx, "nobody", dead); err == nil {
+		t.Fatalf("Connect to %s, where nobody listens, succeeded", dead)
+	}
+	if after := lc.LinkStats(); after.DialErrors != 1 || after.Connects != got.Connects {
+		t.Errorf("after a failed dial: %+v, want 1 dial error and no new connect", after)
+	}
+}
+
+// deadAddr returns a loopback address where nothing listens, on TCP or UDP.
+func deadAddr(t *testing.T) string {
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.LocalAddr().String()
+	l.Close()
+	return addr
 }
 
 // testForget forgets a peer with a Recv pending from it, then connects and

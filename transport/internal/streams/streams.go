@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -112,6 +113,9 @@ type Transport struct {
 	// is read after.
 	reopens uint64
 
+	// links counts link events for LinkStats.
+	links struct{ connects, reconnects, dialErrors, failures atomic.Uint64 }
+
 	closeOnce sync.Once
 }
 
@@ -126,6 +130,9 @@ type peer struct {
 	id  transport.PeerID
 	out *outPeer // nil until Connect, and again after Drop
 	in  [transport.NumChannels]*inSlot
+	// connected says a Connect to it has succeeded before: the next one
+	// is a reconnect.
+	connected bool
 }
 
 // errDropped is the Drop reason when the caller gives none.
@@ -222,6 +229,7 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 	case t.closed:
 		err = transport.ErrClosed
 	case err != nil:
+		t.links.dialErrors.Add(1)
 		err = &transport.PeerError{Peer: id, Op: "connect", Err: err}
 	case p.out != op:
 		// Dropped while dialing.
@@ -241,6 +249,11 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 	}
 	op.links = links
 	close(op.ready)
+	t.links.connects.Add(1)
+	if p.connected {
+		t.links.reconnects.Add(1)
+	}
+	p.connected = true
 	t.mu.Unlock()
 	t.log.Debug().Str("peer", string(id)).Str("addr", addr).Int("stripes", len(links)).Msg("connected")
 	return nil
@@ -264,9 +277,17 @@ func (t *Transport) abandonLink(op *outPeer, reason error) {
 		ev := t.log.Warn()
 		if t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
 			ev = t.log.Debug()
+		} else {
+			t.links.failures.Add(1)
 		}
 		ev.Str("peer", string(op.id)).AnErr("reason", reason).Msg("link failed; the next Connect dials afresh")
 	}
+}
+
+// LinkStats counts the links' events so far. It does not block.
+func (t *Transport) LinkStats() transport.LinkStats {
+	return transport.LinkStats{Connects: t.links.connects.Load(), Reconnects: t.links.reconnects.Load(),
+		DialErrors: t.links.dialErrors.Load(), LinkFailures: t.links.failures.Load()}
 }
 
 // Drop abandons peer: its links and streams are closed, its stripe
@@ -317,6 +338,8 @@ func (t *Transport) drop(id transport.PeerID, reason error, forget bool) {
 	ev := t.log.Warn()
 	if errors.Is(reason, errDropped) || errors.Is(reason, errForgotten) || t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
 		ev = t.log.Debug() // the caller asked, or the peer closed in order
+	} else {
+		t.links.failures.Add(1)
 	}
 	ev.Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
 	if t.cfg.OnDrop != nil {
