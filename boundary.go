@@ -213,7 +213,7 @@ func (w *Worker) apply(vs *viewState, p boundaryPlan) error {
 		if err := vs.setProbed(p.probed); err != nil {
 			return err
 		}
-		w.iter = p.next
+		w.setIter(p.next)
 		if p.shares != nil {
 			vs.shares = p.shares
 		}

@@ -37,6 +37,9 @@ const (
 	DefaultConnectTimeout = 30 * time.Second
 	// DefaultCollectiveTimeout is CollectiveTimeout's default.
 	DefaultCollectiveTimeout = 10 * time.Minute
+	// DefaultStallThreshold is StallThreshold's default, unless half of
+	// CollectiveTimeout is shorter.
+	DefaultStallThreshold = time.Minute
 	// DefaultPeerTimeout is PeerTimeout's default.
 	DefaultPeerTimeout = 2 * time.Second
 	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
@@ -326,6 +329,16 @@ type Config struct {
 	// changes, share changes and recoveries. It is complete once the
 	// worker is closed.
 	Timeline string
+	// StallThreshold is how long a collective may wait before the worker
+	// logs a stall report, and again after each further StallThreshold,
+	// as Horovod's stall inspector does: the ranks that have not reached
+	// the collective (every worker's heartbeats carry its progress) and
+	// this worker's tensors still pending. Reports also reach the
+	// timeline, the metrics and the status page. A stall is only
+	// reported: the collective fails at CollectiveTimeout. Default: 60 s,
+	// or half of CollectiveTimeout if that is shorter; negative turns
+	// reports off.
+	StallThreshold time.Duration
 }
 
 // logger returns Logger, or the default: warnings and errors on stderr.
@@ -388,6 +401,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CollectiveTimeout == 0 {
 		c.CollectiveTimeout = DefaultCollectiveTimeout
+	}
+	if c.StallThreshold == 0 {
+		c.StallThreshold = min(DefaultStallThreshold, c.CollectiveTimeout/2)
 	}
 	if c.CheckpointDir != "" {
 		c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
@@ -764,12 +780,14 @@ const (
 	// EnvAlgo is "auto", "ring" or "doubling".
 	EnvAlgo = "GYRE_ALGO"
 	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout,
-	// EnvQuorumTimeout and EnvPeerTimeout are durations such as "10m" or "2s".
+	// EnvQuorumTimeout, EnvPeerTimeout and EnvStallThreshold are
+	// durations such as "10m" or "2s".
 	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
 	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
 	EnvConnectTimeout    = "GYRE_CONNECT_TIMEOUT"
 	EnvQuorumTimeout     = "GYRE_QUORUM_TIMEOUT"
 	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
+	EnvStallThreshold    = "GYRE_STALL_THRESHOLD"
 	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
 	EnvFailpoint = "GYRE_FAILPOINT"
 	// EnvCheckpointDir is a directory; EnvCheckpointEvery and
@@ -854,6 +872,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	duration(EnvQuorumTimeout, &c.QuorumTimeout)
 	str(EnvFailpoint, &c.Failpoint)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
+	duration(EnvStallThreshold, &c.StallThreshold)
 	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
 	if v, ok := lookup(EnvPeers); ok {
 		c.Peers = splitList(v)

@@ -43,6 +43,7 @@ func TestWithDefaults(t *testing.T) {
 		GlobalBatch:       DefaultGlobalBatch,
 		CollectiveTimeout: DefaultCollectiveTimeout,
 		PeerTimeout:       DefaultPeerTimeout,
+		StallThreshold:    DefaultStallThreshold,
 		QuorumTimeout:     DefaultJoinTimeout,
 		Shares:            []int{DefaultGlobalBatch},
 		Balance:           BalanceLBBSP,
@@ -51,6 +52,9 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+	if got := (Config{CollectiveTimeout: 30 * time.Second}).WithDefaults().StallThreshold; got != 15*time.Second {
+		t.Errorf("stall threshold under a 30 s collective timeout: %v, want half of it", got)
 	}
 	if got := (Config{Listen: "127.0.0.1:0"}).WithDefaults().DataAddr; got != "127.0.0.1:0" {
 		t.Fatalf("port 0 data address = %q, want it kept at 0", got)

@@ -776,7 +776,7 @@ func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) er
 	}
 	vs.joiners = viewJoiners(wel.Iter, admitted)
 	w.setView(vs)
-	w.iter = wel.Iter
+	w.setIter(wel.Iter)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()
 	if err := w.connectView(cctx, vs); err != nil {

@@ -26,7 +26,8 @@ import (
 // --balance-allow-zero, --ring-order, --rng-seed,
 // --bucket-bytes, --compress, --join-timeout, --collective-timeout,
 // --peer-timeout, --quorum-timeout, --checkpoint-dir, --checkpoint-every,
-// --checkpoint-keep, --checkpoint-required, --metrics-addr and --timeline.
+// --checkpoint-keep, --checkpoint-required, --metrics-addr, --timeline
+// and --stall-threshold.
 func (c *Config) BindFlags(fs *flag.FlagSet) { c.bind(goFlags{fs}) }
 
 // BindPFlags is BindFlags for a pflag.FlagSet, the one cobra commands use
@@ -95,6 +96,8 @@ func (c *Config) bind(fs flagAdder) {
 		"how long a collective waits for a peer that is alive but late (0: 10m)")
 	fs.DurationVar(&c.PeerTimeout, "peer-timeout", c.PeerTimeout,
 		"how long a peer may miss heartbeats before it is declared gone (0: 2s)")
+	fs.DurationVar(&c.StallThreshold, "stall-threshold", c.StallThreshold,
+		"log a stall report, naming the ranks not yet arrived and the tensors pending, when a collective waits this long (0: 60s or half of --collective-timeout; negative: off)")
 	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout,
 		"how long a worker cut off from a majority of its view waits for it before it fails (0: --join-timeout)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir,

@@ -192,7 +192,7 @@ func (w *Worker) loadCheckpoint(name string, workers int) error {
 			}
 		}
 	}
-	w.iter = s.Iter
+	w.setIter(s.Iter)
 	w.fits = nil
 	if w.cfg.Balance == BalanceLBBSP && s.Workers == workers && len(s.Balance) > 0 {
 		var fits map[string]balance.Worker

@@ -22,9 +22,10 @@ import (
 // TestTimeline runs 2 workers over real QUIC, each writing a timeline,
 // through iterations with forward and backward spans and an allreduce,
 // then parses both files: each is valid trace-event JSON with its own
-// process named after its rank, the trainer and collectives threads, a
-// forward, backward and boundary span per iteration in order, and the
-// allreduces with their bytes.
+// process named after its rank, the trainer, collectives and buckets
+// threads, a forward, backward and boundary span per iteration in order,
+// the allreduces with their bytes, and the gradient buckets named for
+// their tensors, with their phases and the trainer's waits.
 func TestTimeline(t *testing.T) {
 	const n, iters, size = 2, 3, 64 << 10
 	dir := t.TempDir()
@@ -38,13 +39,14 @@ func TestTimeline(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		data := make([]float32, size/4)
+		data, grad := make([]float32, size/4), make([]float32, 1024)
 		return iterate(ctx, w, iters, func() error {
 			end := w.StartSpan(gyre.SpanForward)
 			time.Sleep(time.Millisecond)
 			end()
 			end = w.StartSpan(gyre.SpanBackward)
 			defer end()
+			w.AllReduceAsync(ctx, "layer.w", grad)
 			return ring.AllReduce(ctx, comm, wire.OpSum, data)
 		})
 	})
@@ -73,7 +75,7 @@ func TestTimeline(t *testing.T) {
 		}
 		threads := map[string]int{}
 		var order []string
-		allreduces, transfers := 0, 0
+		allreduces, transfers, buckets, phases, waits := 0, 0, 0, 0, 0
 		for _, e := range events {
 			if e.Pid != r {
 				t.Fatalf("rank %d's timeline has an event of process %d: %+v", r, e.Pid, e)
@@ -94,6 +96,15 @@ func TestTimeline(t *testing.T) {
 				}
 			case e.Ph == "X" && e.Name == "state transfer":
 				transfers++
+			case e.Ph == "X" && e.Name == "wait":
+				waits++
+			case e.Ph == "X" && e.Name == "bucket layer.w":
+				buckets++
+				if e.Tid != threads["gradient buckets"] || fmt.Sprint(e.Args["tensors"]) != "[layer.w]" || e.Args["bytes"] != float64(4096) {
+					t.Errorf("rank %d: bucket event %+v", r, e)
+				}
+			case e.Ph == "X" && e.Tid == threads["gradient buckets"] && (e.Name == "pack" || e.Name == "allreduce"):
+				phases++
 			case e.Ph == "X" && e.Name == "allreduce" && e.Args["bytes"] == float64(size):
 				allreduces++
 				if e.Tid != threads["collectives"] || e.Args["algorithm"] != "ring" {
@@ -101,8 +112,11 @@ func TestTimeline(t *testing.T) {
 				}
 			}
 		}
-		if len(threads) != 2 {
-			t.Errorf("rank %d: threads %v, want trainer and collectives", r, threads)
+		if len(threads) != 3 {
+			t.Errorf("rank %d: threads %v, want trainer, collectives and gradient buckets", r, threads)
+		}
+		if buckets != iters || phases != 2*iters || waits != iters {
+			t.Errorf("rank %d: %d buckets, %d pack and allreduce phases, %d waits; want %d, %d and %d", r, buckets, phases, waits, iters, 2*iters, iters)
 		}
 		if transfers == 0 {
 			t.Errorf("rank %d: no state transfer span: Join broadcasts rank 0's state", r)

@@ -57,12 +57,15 @@ func (w *Worker) newViewState(epoch uint64, members []member, rank int, shares [
 	}
 	// The control channel's collectives are the boundary's, which the
 	// observer hears of as boundaries.
-	rc.Channel, rc.Observer = transport.ChanControl, nil
+	rc.Channel, rc.Observer, rc.OnStall = transport.ChanControl, nil, w.onStall(vs, stallVote)
 	if vs.ctrl, err = ring.NewComm(w.t, rc); err != nil {
 		vs.close()
 		return nil, err
 	}
 	fc := ring.FuserConfig{BucketBytes: w.cfg.BucketBytes}
+	if bo, ok := w.observer.(ring.BucketObserver); ok {
+		fc.Observer = bo
+	}
 	if vs.f64, err = ring.NewFuser[float64](vs.data, fc); err != nil {
 		vs.close()
 		return nil, err
@@ -110,7 +113,8 @@ func (vs *viewState) rankOf(peer transport.PeerID) int {
 func (w *Worker) ringConfig(vs *viewState, bandwidth float64) ring.Config {
 	return ring.Config{Epoch: vs.view.Epoch, Members: vs.ids, Rank: vs.rank, Logger: w.plain,
 		CollectiveTimeout: w.cfg.CollectiveTimeout, PeerTimeout: w.cfg.PeerTimeout, Liveness: w.live,
-		InitialBandwidth: bandwidth, SmallBytes: smallBytes(w.cfg.Algo), Observer: w.observer}
+		InitialBandwidth: bandwidth, SmallBytes: smallBytes(w.cfg.Algo), Observer: w.observer,
+		StallThreshold: max(w.cfg.StallThreshold, 0), OnStall: w.onStall(vs, stallData)}
 }
 
 // smallBytes is ring.Config.SmallBytes for Config.Algo.

@@ -209,6 +209,7 @@ type Worker struct {
 	cur *viewState
 
 	iter    int64
+	iterNow atomic.Int64 // iter, for the heartbeats' progress (setIter)
 	batch   []int64
 	started time.Time     // when the iteration's Batch was taken
 	compute time.Duration // the iteration's compute time, up to Wait
@@ -359,7 +360,7 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.JoinTimeout,
 		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, cfg.JoinTimeout, context.DeadlineExceeded))
 	defer cancel()
-	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: w.log}); err != nil {
+	if w.live, err = liveness.New(liveness.Config{Transport: w.t, Interval: cfg.PeerTimeout / 4, Logger: w.log, Progress: w.progress}); err != nil {
 		return nil, err
 	}
 	if gossip {
@@ -837,12 +838,14 @@ func (w *Worker) Wait(ctx context.Context) error {
 		w.compute = time.Since(w.started)
 	}
 	w.flush()
+	start := time.Now()
 	var first error
 	for _, h := range w.pending {
 		if err := h.Wait(ctx); err != nil && first == nil {
 			first = err
 		}
 	}
+	w.observeSpan("wait", start)
 	if first != nil && ctx.Err() != nil && errors.Is(first, ctx.Err()) {
 		return first // only the wait ended; the buckets are still pending
 	}

@@ -30,18 +30,18 @@ func TestReadTraceCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := ReadTrace("killed", bytes.NewReader(b))
-	if err != nil || len(f.Events) != 5 { // 3 names, the allreduce, the boundary
+	if err != nil || len(f.Events) != 6 { // 4 names, the allreduce, the boundary
 		t.Fatalf("the file at the last boundary: %d events, %v\n%s", len(f.Events), err, b)
 	}
 	cut := append(append([]byte(nil), b...), []byte(",\n{\"name\":\"allreduce\",\"ph\":\"X\",\"ts\":17")...)
-	if f, err = ReadTrace("cut", bytes.NewReader(cut)); err != nil || len(f.Events) != 5 {
+	if f, err = ReadTrace("cut", bytes.NewReader(cut)); err != nil || len(f.Events) != 6 {
 		t.Fatalf("cut mid-event: %d events, %v", len(f.Events), err)
 	}
 	if _, err := ReadTrace("garbage", strings.NewReader("hello")); err == nil || !strings.Contains(err.Error(), "garbage") {
 		t.Fatalf("garbage: %v, want an error naming the file", err)
 	}
 	tr.Close()
-	if f, err = ReadTrace("closed", mustOpen(t, path)); err != nil || len(f.Events) != 5 {
+	if f, err = ReadTrace("closed", mustOpen(t, path)); err != nil || len(f.Events) != 6 {
 		t.Fatalf("the closed file: %d events, %v", len(f.Events), err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
 )
 
 // Boundary outcomes, the outcome label of gyre_boundary_duration_seconds.
@@ -49,6 +50,7 @@ type Metrics struct {
 	viewChanges     prometheus.Counter
 	recoveries      prometheus.Counter
 	redone          prometheus.Counter
+	stalls          *prometheus.CounterVec
 
 	// lastBig is the last allreduce of at least busBWMinBytes, for
 	// Status.BusBW, under its own lock (uncontended, and it allocates
@@ -100,6 +102,11 @@ func NewMetrics(transport string) *Metrics {
 		viewChanges: f.counter("gyre_view_changes_total", "Views changed at iteration boundaries: admissions, departures and recoveries."),
 		recoveries:  f.counter("gyre_recoveries_total", "Boundaries that recovered from a lost member."),
 		redone:      f.counter("gyre_iterations_redone_total", "Iterations run again after recoveries: those since the last commit."),
+		stalls: f.counterVec("gyre_stalls_total",
+			"Stall reports: collectives this worker waited in past the stall threshold, once per threshold waited.", []string{"collective"}),
+	}
+	for _, c := range []string{"gradients", "collective", "boundary vote"} {
+		m.stalls.WithLabelValues(c) // every series exists from the start, at 0
 	}
 	for a := ring.Algo(1); a < maxAlgo && a.Op() != ""; a++ {
 		lv := []string{a.Op(), a.String(), transport}
@@ -126,6 +133,16 @@ func (m *Metrics) Collective(s ring.CollectiveStats) {
 		m.lastBig.bytes, m.lastBig.ranks, m.lastBig.took = s.Bytes, s.Ranks, s.Duration
 		m.lastBig.Unlock()
 	}
+}
+
+// Stall counts a stall report and keeps it for the status page.
+func (m *Metrics) Stall(s Stall) {
+	m.stalls.WithLabelValues(s.Collective).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st.Stalls++
+	m.st.LastStall = &StallStatus{At: time.Now(), Collective: s.Collective, Iteration: s.Iter, WaitedSeconds: s.Waited.Seconds(),
+		Behind: append([]int(nil), s.Behind...), Pending: append([]string(nil), s.Pending...)}
 }
 
 // Boundary records a boundary and the view and shares it leaves.
@@ -218,6 +235,40 @@ func (m *Metrics) WatchRefusals(total func() uint64) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gyre_refused_connections_total",
 		Help: "Connections the data-plane transport refused for their credentials: a wrong cluster key or a stray client."},
 		func() float64 { return float64(total()) }))
+}
+
+// WatchLinks serves the transport's link counters, read from stats at
+// every scrape: gyre_transport_connects_total,
+// gyre_transport_reconnects_total and gyre_transport_errors_total{kind},
+// kind dial (a Connect that failed) or link (a link lost other than in
+// order). Call it once.
+func (m *Metrics) WatchLinks(stats func() transport.LinkStats) {
+	m.reg.MustRegister(&linkCollector{stats: stats,
+		connects: prometheus.NewDesc("gyre_transport_connects_total",
+			"Connections the data-plane transport brought up to peers, reconnects included.", nil, nil),
+		reconnects: prometheus.NewDesc("gyre_transport_reconnects_total",
+			"Connections brought up again to a peer whose links had been up before.", nil, nil),
+		errors: prometheus.NewDesc("gyre_transport_errors_total",
+			"Data-plane transport errors: dial (a connect that failed) or link (a link reset, timed out or broken).", []string{"kind"}, nil)})
+}
+
+type linkCollector struct {
+	stats                        func() transport.LinkStats
+	connects, reconnects, errors *prometheus.Desc
+}
+
+func (c *linkCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.connects
+	ch <- c.reconnects
+	ch <- c.errors
+}
+
+func (c *linkCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.connects, prometheus.CounterValue, float64(s.Connects))
+	ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(s.Reconnects))
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.DialErrors), "dial")
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.LinkFailures), "link")
 }
 
 // Handler serves the metrics in Prometheus' exposition formats.

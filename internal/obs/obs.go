@@ -62,6 +62,37 @@ type SpanObserver interface {
 	Span(kind string, iter int64, start, end time.Time)
 }
 
+// StallObserver is an Observer that also takes stall reports: a
+// collective this worker waits in past the stall threshold.
+type StallObserver interface {
+	Stall(Stall)
+}
+
+// Stall is one stall report, as one waiting worker makes it.
+type Stall struct {
+	// Collective says which: "gradients" for the buckets' allreduces,
+	// "collective" for the trainer's own on the data channel,
+	// "boundary vote" for the control channel's.
+	Collective string
+	// Op is the operation (ring.Algo.Op), Bytes its buffer's size.
+	Op    string
+	Bytes int
+	// Epoch, Iter and Seq locate it: the view, the iteration, and the
+	// number of collectives this worker had begun in the epoch.
+	Epoch uint64
+	Iter  int64
+	Seq   uint64
+	// Waited is how long the worker has waited in it.
+	Waited time.Duration
+	// Rank is the reporting worker's.
+	Rank int
+	// Behind are the ranks whose heartbeats say they have not reached
+	// it, and Unknown those whose heartbeats carried no progress yet.
+	Behind, Unknown []int
+	// Pending are the names of this worker's tensors not yet reduced.
+	Pending []string
+}
+
 // Multi reports to every non-nil observer in turn; nil if there is none.
 func Multi(observers ...Observer) Observer {
 	var m multi
@@ -97,6 +128,22 @@ func (m multi) Span(kind string, iter int64, start, end time.Time) {
 	for _, o := range m {
 		if so, ok := o.(SpanObserver); ok {
 			so.Span(kind, iter, start, end)
+		}
+	}
+}
+
+func (m multi) Bucket(b ring.BucketStats) {
+	for _, o := range m {
+		if bo, ok := o.(ring.BucketObserver); ok {
+			bo.Bucket(b)
+		}
+	}
+}
+
+func (m multi) Stall(s Stall) {
+	for _, o := range m {
+		if so, ok := o.(StallObserver); ok {
+			so.Stall(s)
 		}
 	}
 }

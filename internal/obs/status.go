@@ -26,10 +26,23 @@ type Status struct {
 	Recoveries  int     `json:"recoveries"`
 	ViewChanges int     `json:"view_changes"`
 	// LastRecovery is when the last recovery ended, if there was one.
-	LastRecovery *time.Time     `json:"last_recovery,omitempty"`
-	Members      []MemberStatus `json:"members"`
+	LastRecovery *time.Time `json:"last_recovery,omitempty"`
+	// Stalls counts stall reports; LastStall is the latest.
+	Stalls    int            `json:"stalls"`
+	LastStall *StallStatus   `json:"last_stall,omitempty"`
+	Members   []MemberStatus `json:"members"`
 	// Updated is when the last boundary returned; zero before the first.
 	Updated time.Time `json:"updated"`
+}
+
+// StallStatus is a stall report, for the status page.
+type StallStatus struct {
+	At            time.Time `json:"at"`
+	Collective    string    `json:"collective"`
+	Iteration     int64     `json:"iteration"`
+	WaitedSeconds float64   `json:"waited_seconds"`
+	Behind        []int     `json:"behind"`
+	Pending       []string  `json:"pending"`
 }
 
 // MemberStatus is one member of the view, as this worker sees it.
@@ -202,6 +215,7 @@ small{color:#666}
 {{range .Members}}<tr class="member {{.State}}"><td>{{.Rank}}</td><td class="l">{{.Name}}</td><td class="l">{{.State}}</td><td class="share">{{.Share}}</td><td>{{ms .ComputeSeconds}}</td><td>{{ms .HeartbeatAgeSeconds}}</td></tr>
 {{else}}<tr><td colspan="6" class="l">no boundary yet: the members show once the first iteration ends</td></tr>
 {{end}}</table>
+{{with .LastStall}}<p id="stall">{{$.Stalls}} stall reports; the last at {{.At.UTC.Format "15:04:05"}} UTC: waited {{printf "%.0f" .WaitedSeconds}} s in the {{.Collective}} of iteration {{.Iteration}} for ranks {{.Behind}}, with tensors {{.Pending}} pending</p>{{end}}
 <p><small>Every worker serves this page; it reloads every 2 s. <a href="/status.json">status.json</a> · <a href="/metrics">metrics</a></small></p>
 </body></html>
 `))

@@ -41,6 +41,7 @@ type Trace struct {
 const (
 	traceThreadTrainer    = 1
 	traceThreadCollective = 2
+	traceThreadBuckets    = 3
 )
 
 // traceEvent is one Chrome trace event.
@@ -85,6 +86,7 @@ func (t *Trace) start(pid int, name string) {
 	t.write(traceEvent{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": fmt.Sprintf("rank %d (%s)", pid, name)}})
 	t.write(traceEvent{Name: "thread_name", Ph: "M", Pid: pid, Tid: traceThreadTrainer, Args: map[string]any{"name": "trainer"}})
 	t.write(traceEvent{Name: "thread_name", Ph: "M", Pid: pid, Tid: traceThreadCollective, Args: map[string]any{"name": "collectives"}})
+	t.write(traceEvent{Name: "thread_name", Ph: "M", Pid: pid, Tid: traceThreadBuckets, Args: map[string]any{"name": "gradient buckets"}})
 	for _, e := range t.held {
 		e.Pid = pid
 		t.write(e)
@@ -163,6 +165,44 @@ func (t *Trace) Boundary(b Boundary) {
 	}
 	// Each boundary reaches the file, so a killed worker's timeline lacks
 	// at most its last iteration.
+	t.Flush()
+}
+
+// Bucket records a gradient bucket on the buckets thread: a span from the
+// start of its turn to its end, named for its tensors, holding its
+// phases (pack, allreduce, unpack); how long it queued behind earlier
+// buckets is an argument, since queued buckets overlap the one running.
+func (t *Trace) Bucket(b ring.BucketStats) {
+	args := map[string]any{"tensors": append([]string(nil), b.Tensors...), "bytes": b.Bytes,
+		"queued_us": float64(b.Started.Sub(b.Closed).Nanoseconds()) / 1e3}
+	if b.Err != nil {
+		args["error"] = b.Err.Error()
+	}
+	t.span(bucketName(b.Tensors), "bucket", traceThreadBuckets, b.Started, b.Done, args)
+	t.span("pack", "bucket", traceThreadBuckets, b.Started, b.Packed, nil)
+	t.span("allreduce", "bucket", traceThreadBuckets, b.Packed, b.Reduced, nil)
+	if !b.Done.Equal(b.Reduced) {
+		t.span("unpack", "bucket", traceThreadBuckets, b.Reduced, b.Done, nil)
+	}
+}
+
+// bucketName names a bucket for its first and last tensors.
+func bucketName(tensors []string) string {
+	switch len(tensors) {
+	case 0:
+		return "bucket"
+	case 1:
+		return "bucket " + tensors[0]
+	}
+	return fmt.Sprintf("bucket %s … %s (%d)", tensors[0], tensors[len(tensors)-1], len(tensors))
+}
+
+// Stall records a stall report as an instant event on the trainer's
+// thread, and flushes, so the file shows it while the job is stuck.
+func (t *Trace) Stall(s Stall) {
+	t.add(traceEvent{Name: "stall", Cat: "stall", Ph: "i", Scope: "p", Ts: t.micros(time.Now()), Tid: traceThreadTrainer,
+		Args: map[string]any{"collective": s.Collective, "op": s.Op, "iter": s.Iter, "seq": s.Seq,
+			"waited_s": s.Waited.Seconds(), "behind": s.Behind, "pending": s.Pending}})
 	t.Flush()
 }
 
