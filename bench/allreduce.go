@@ -31,6 +31,23 @@ type AllReduceOptions struct {
 	// AutoCompress, with Compress none, compresses each size as the
 	// Comm's cost model chooses (ring.Comm.AutoCompression).
 	AutoCompress bool
+	// Progress, if set, is called on every rank after each timed
+	// allreduce, for a progress line. It must be quick.
+	Progress func(AllReduceProgress)
+}
+
+// AllReduceProgress is where a sweep stands, for a progress line.
+type AllReduceProgress struct {
+	// Size is the size under way, SizeIndex its index in the sweep of
+	// Sizes sizes.
+	Size             int64
+	SizeIndex, Sizes int
+	// Iter timed allreduces of this size are done, of Iters; Done of
+	// the sweep's Total.
+	Iter, Iters, Done, Total int
+	// LastUS is the last one's time on this rank, in microseconds, and
+	// BusBW the bus bandwidth it gives, in GB/s.
+	LastUS, BusBW float64
 }
 
 // Validate checks the options that do not depend on the ring.
@@ -127,11 +144,16 @@ func RunAllReduce(ctx context.Context, c *ring.Comm, o AllReduceOptions) (AllRed
 	if err := o.Validate(); err != nil {
 		return rep, err
 	}
+	var sweep sweepProgress
 	for _, size := range o.Sizes {
+		sweep.total += o.iters(size)
+	}
+	for i, size := range o.Sizes {
 		if size%int64(o.DType.Size()) != 0 {
 			return rep, fmt.Errorf("bench: size %d is not a whole number of %s elements", size, o.DType)
 		}
-		row, err := allReduceSize(ctx, c, o, size)
+		sweep.index = i
+		row, err := allReduceSize(ctx, c, o, size, &sweep)
 		if err != nil {
 			return rep, fmt.Errorf("bench: allreduce of %s: %w", FormatSize(size), err)
 		}
@@ -193,7 +215,19 @@ func ringString(order []int) string {
 	return strings.Join(parts, "-")
 }
 
-func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64) (AllReduceRow, error) {
+// sweepProgress is where RunAllReduce stands: the size's index, and the
+// timed allreduces done of the total.
+type sweepProgress struct{ index, done, total int }
+
+// iters is the number of timed allreduces of size.
+func (o AllReduceOptions) iters(size int64) int {
+	if o.Iters > 0 {
+		return o.Iters
+	}
+	return DefaultIters(size)
+}
+
+func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size int64, sweep *sweepProgress) (AllReduceRow, error) {
 	n, rank := c.Size(), c.Rank()
 	es := int64(o.DType.Size())
 	wt := o.Compress
@@ -205,11 +239,8 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 	if wt != wire.DTypeBytes {
 		predict = m.AllReduceBF16 // fp16's kernels are slower; the model has bf16's
 	}
-	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.Iters, Check: "-", Algo: c.AllReduceAlgo(int(size)).String(),
+	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.iters(size), Check: "-", Algo: c.AllReduceAlgo(int(size)).String(),
 		Compress: compressName(wt), PredictedUS: predict(n, int(size), c.SmallBytes()) * 1e6}
-	if row.Iters <= 0 {
-		row.Iters = DefaultIters(size)
-	}
 	buf := alignedBytes(int(size))
 	if err := fillPattern(o.DType, buf, rank); err != nil {
 		return row, err
@@ -243,6 +274,10 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 			return row, err
 		}
 		times[i] = float64(time.Since(t0)) / float64(time.Microsecond)
+		if sweep.done++; o.Progress != nil {
+			o.Progress(AllReduceProgress{Size: size, SizeIndex: sweep.index, Sizes: len(o.Sizes), Iter: i + 1, Iters: row.Iters,
+				Done: sweep.done, Total: sweep.total, LastUS: times[i], BusBW: gbps(size, times[i]) * 2 * float64(n-1) / float64(n)})
+		}
 	}
 	if err := ring.AllReduce(ctx, c, wire.OpMax, times); err != nil {
 		return row, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/progress"
 	"github.com/gyre-ml/gyre/internal/wire"
 )
 
@@ -233,7 +234,17 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 	if err != nil {
 		return err
 	}
+	// Rank 0's live line: timed allreduces done, and the size under way.
+	line, out := c.newLiveLine(cmd.OutOrStdout())
+	if line.on() && w.Rank() == 0 {
+		o.Progress = func(p bench.AllReduceProgress) {
+			line.update(progress.State{Iter: int64(p.Done), Total: int64(p.Total), Unit: "allreduce",
+				Desc: fmt.Sprintf("size %d of %d, %s: %d/%d · %.0f us · busbw %.2f GB/s",
+					p.SizeIndex+1, p.Sizes, bench.FormatSize(p.Size), p.Iter, p.Iters, p.LastUS, p.BusBW)})
+		}
+	}
 	rep, err := bench.RunAllReduce(ctx, comm, o)
+	line.finish()
 	if err != nil {
 		// The ring aborted the collective on every rank. Leaving together
 		// (a barrier on the control channel, then farewells) lets the
@@ -263,5 +274,5 @@ func (c *cli) allReduceWorker(cmd *cobra.Command, fl allReduceFlags, o bench.All
 			return err
 		}
 	}
-	return rep.WriteTable(cmd.OutOrStdout())
+	return rep.WriteTable(out)
 }

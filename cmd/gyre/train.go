@@ -22,15 +22,6 @@ import (
 	"github.com/gyre-ml/gyre/internal/train"
 )
 
-// envProgress set to progressLines makes train's rank 0 write its progress
-// as plain lines (progress.State.Line) every progressInterval, for gyre
-// launch to draw on its terminal.
-const (
-	envProgress      = "GYRE_PROGRESS"
-	progressLines    = "lines"
-	progressInterval = 200 * time.Millisecond
-)
-
 type trainFlags struct {
 	iters       int64
 	targetAcc   float64
@@ -200,18 +191,9 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	defer setGraceful(nil)
 	// Rank 0's live line: drawn here on a terminal, or handed to gyre
 	// launch as plain lines when it asks (its workers write to pipes).
-	var bar *progress.Bar
-	var lines *progress.Lines
-	switch {
-	case isTerminal(out):
-		bar = progress.NewBar(out)
-		out = bar
-		defer bar.Finish()
-	case lookupIs(c.env.lookup, envProgress, progressLines):
-		lines = progress.NewLines(out, progressInterval)
-		defer lines.Flush()
-	}
-	if bar != nil || lines != nil {
+	line, out := c.newLiveLine(out)
+	defer line.finish()
+	if line.on() {
 		prev, sps := onIter, 0.0
 		onIter = func(it train.Iteration) {
 			if prev != nil {
@@ -227,12 +209,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 				sps = rate
 			}
 			sps = 0.9*sps + 0.1*rate
-			st := progress.State{Iter: it.Iter + 1, Total: fl.iters, Loss: it.Loss, SamplesPerSec: sps, Shares: it.Shares}
-			if bar != nil {
-				bar.Update(st)
-			} else {
-				lines.Update(st)
-			}
+			line.update(progress.State{Iter: it.Iter + 1, Total: fl.iters, Loss: it.Loss, SamplesPerSec: sps, Shares: it.Shares})
 		}
 	}
 	// The console: a line per membership event, and rank 0's table.

@@ -16,15 +16,30 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
-// State is what the line shows.
+// State is what the line shows: a training job's iteration, loss, speed
+// and shares, or, with Desc set, any count of Unit (a benchmark's sizes)
+// and Desc in words.
 type State struct {
 	Iter, Total   int64
 	Loss          float64
 	SamplesPerSec float64
 	Shares        []int
+	// Unit names what Iter counts ("iter" if empty); Desc, if set,
+	// replaces the training figures. Neither may hold a newline.
+	Unit, Desc string
+}
+
+func (s State) unit() string {
+	if s.Unit == "" {
+		return "iter"
+	}
+	return s.Unit
 }
 
 func (s State) describe() string {
+	if s.Desc != "" {
+		return s.Desc
+	}
 	return fmt.Sprintf("loss %.4f · %.0f samples/s · %d workers · shares %s",
 		s.Loss, s.SamplesPerSec, len(s.Shares), joinInts(s.Shares))
 }
@@ -41,8 +56,16 @@ func joinInts(v []int) string {
 const linePrefix = "#gyre-progress "
 
 // Line is the state as one line of a worker's output, for the launcher.
+// Desc comes last, as the rest of the line, since it holds spaces.
 func (s State) Line() string {
-	return fmt.Sprintf("%siter=%d total=%d loss=%g sps=%g shares=%s\n", linePrefix, s.Iter, s.Total, s.Loss, s.SamplesPerSec, joinInts(s.Shares))
+	line := fmt.Sprintf("%siter=%d total=%d loss=%g sps=%g shares=%s", linePrefix, s.Iter, s.Total, s.Loss, s.SamplesPerSec, joinInts(s.Shares))
+	if s.Unit != "" {
+		line += " unit=" + s.Unit
+	}
+	if s.Desc != "" {
+		line += " desc=" + s.Desc
+	}
+	return line + "\n"
 }
 
 // Parse reads a line State.Line wrote; ok is false for any other line.
@@ -51,7 +74,9 @@ func Parse(line []byte) (s State, ok bool) {
 	if !found {
 		return State{}, false
 	}
-	for _, field := range strings.Fields(string(rest)) {
+	fields, desc, _ := strings.Cut(string(rest), " desc=")
+	s.Desc = desc
+	for _, field := range strings.Fields(fields) {
 		k, v, _ := strings.Cut(field, "=")
 		var err error
 		switch k {
@@ -63,7 +88,12 @@ func Parse(line []byte) (s State, ok bool) {
 			s.Loss, err = strconv.ParseFloat(v, 64)
 		case "sps":
 			s.SamplesPerSec, err = strconv.ParseFloat(v, 64)
+		case "unit":
+			s.Unit = v
 		case "shares":
+			if v == "" {
+				break // a benchmark's line has none
+			}
 			for _, p := range strings.Split(v, ",") {
 				n, perr := strconv.Atoi(p)
 				if perr != nil {
@@ -106,7 +136,7 @@ func (b *Bar) Update(s State) {
 			progressbar.OptionSetWriter(b.out),
 			progressbar.OptionSetWidth(24),
 			progressbar.OptionShowCount(),
-			progressbar.OptionSetItsString("iter"),
+			progressbar.OptionSetItsString(s.unit()),
 			progressbar.OptionShowIts(),
 			progressbar.OptionShowDescriptionAtLineEnd(),
 		)

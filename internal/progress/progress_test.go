@@ -17,6 +17,13 @@ func TestLineRoundTrip(t *testing.T) {
 		fmt.Sprint(out.Shares) != fmt.Sprint(in.Shares) {
 		t.Fatalf("round trip: %+v -> %q -> %+v, %v", in, in.Line(), out, ok)
 	}
+	bench := State{Iter: 2, Total: 5, Unit: "size", Desc: "16 MiB: 31/100 · 5.21 ms · busbw 3.20 GB/s"}
+	if out, ok := Parse([]byte(bench.Line())); !ok || out.Iter != 2 || out.Total != 5 || out.Unit != "size" || out.Desc != bench.Desc || out.Shares != nil {
+		t.Fatalf("round trip: %+v -> %q -> %+v, %v", bench, bench.Line(), out, ok)
+	}
+	if got := bench.describe(); got != bench.Desc {
+		t.Errorf("a benchmark's line says %q, want its Desc", got)
+	}
 	for _, other := range []string{"[0]      100     0.9052", "#gyre-progress iter=x", "# rank 0 final state digest"} {
 		if _, ok := Parse([]byte(other)); ok {
 			t.Errorf("%q parsed as a progress line", other)
