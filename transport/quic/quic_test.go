@@ -266,6 +266,9 @@ func TestPeerVanishes(t *testing.T) {
 	if took > idle+3*time.Second {
 		t.Errorf("Recv took %v to notice a vanished peer with a %v idle timeout", took, idle)
 	}
+	if n := b.LinkStats().LinkFailures; n != 1 {
+		t.Errorf("%d link failures counted for the vanished peer, want 1", n)
+	}
 }
 
 // TestDropClosesConnections checks that Drop closes the connections the

@@ -280,6 +280,9 @@ func TestPeerClosesMidMessage(t *testing.T) {
 	if _, _, err := a.Recv(rctx, "raw", transport.ChanData, nil); !errors.Is(err, transport.ErrPeerGone) {
 		t.Fatalf("Recv after the peer closed: %v, want ErrPeerGone", err)
 	}
+	if n := a.LinkStats().LinkFailures; n != 1 {
+		t.Errorf("%d link failures counted for a peer gone mid-message, want 1", n)
+	}
 }
 
 func TestCancelMidMessageBreaksStream(t *testing.T) {

@@ -99,7 +99,7 @@ func testDropReconnect(t *testing.T, ctx context.Context, nodes []Node) {
 }
 
 // checkLinkStats checks a's link counters, if it keeps them, after
-// cycles connects to one peer, each ended by a Drop for an error, then
+// cycles connects to one peer, each ended by a Drop, then
 // dials an address nobody answers at and checks that it counts.
 func checkLinkStats(t *testing.T, ctx context.Context, a Node, cycles int) {
 	lc, ok := a.T.(transport.LinkCounter)
@@ -107,10 +107,11 @@ func checkLinkStats(t *testing.T, ctx context.Context, a Node, cycles int) {
 		return
 	}
 	got := lc.LinkStats()
-	// The peer's own drops may break a's links before a drops them.
-	if got.Connects != uint64(cycles) || got.Reconnects != uint64(cycles-1) || got.DialErrors != 0 || got.LinkFailures < uint64(cycles) {
-		t.Errorf("after %d connects each dropped for an error: %+v, want %d connects, %d reconnects, no dial errors, at least %d link failures",
-			cycles, got, cycles, cycles-1, cycles)
+	// A Drop is the caller's decision, not a link failure; whether the
+	// peer's own drop breaks a stream of a's first is a race, so link
+	// failures are not checked here.
+	if got.Connects != uint64(cycles) || got.Reconnects != uint64(cycles-1) || got.DialErrors != 0 {
+		t.Errorf("after %d connects each dropped: %+v, want %d connects, %d reconnects, no dial errors", cycles, got, cycles, cycles-1)
 	}
 	dead := deadAddr(t)
 	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -341,6 +341,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			err = perr
 		case errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrTooLarge):
 			t.mu.Unlock()
+			t.links.failures.Add(1)
 			t.Drop(sl.peer, err)
 			return h, 0, &transport.PeerError{Peer: sl.peer, Op: "recv", Err: err}
 		default:
@@ -353,6 +354,9 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			// any more: its next generation follows. Anything else is the
 			// peer's loss.
 			retry = sl.reopened(g) || (consumed == 0 && len(sl.gens) > 1 && sl.gens[0] == g)
+			if !retry && (t.cfg.Orderly == nil || !t.cfg.Orderly(err)) {
+				t.links.failures.Add(1)
+			}
 		}
 		sl.signalLocked()
 		t.mu.Unlock()

@@ -113,8 +113,11 @@ type Transport struct {
 	// is read after.
 	reopens uint64
 
-	// links counts link events for LinkStats.
-	links struct{ connects, reconnects, dialErrors, failures atomic.Uint64 }
+	// links counts link events for LinkStats; connected lists every
+	// peer whose links were ever up, Forget notwithstanding, so that
+	// connecting again counts as a reconnect.
+	links     struct{ connects, reconnects, dialErrors, failures atomic.Uint64 }
+	connected map[transport.PeerID]bool
 
 	closeOnce sync.Once
 }
@@ -130,9 +133,6 @@ type peer struct {
 	id  transport.PeerID
 	out *outPeer // nil until Connect, and again after Drop
 	in  [transport.NumChannels]*inSlot
-	// connected says a Connect to it has succeeded before: the next one
-	// is a reconnect.
-	connected bool
 }
 
 // errDropped is the Drop reason when the caller gives none.
@@ -159,10 +159,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, errors.New("streams: Dial is required")
 	}
 	t := &Transport{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		done:  make(chan struct{}),
-		peers: make(map[transport.PeerID]*peer),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		done:      make(chan struct{}),
+		peers:     make(map[transport.PeerID]*peer),
+		connected: make(map[transport.PeerID]bool),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
@@ -250,10 +251,10 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 	op.links = links
 	close(op.ready)
 	t.links.connects.Add(1)
-	if p.connected {
+	if t.connected[id] {
 		t.links.reconnects.Add(1)
 	}
-	p.connected = true
+	t.connected[id] = true
 	t.mu.Unlock()
 	t.log.Debug().Str("peer", string(id)).Str("addr", addr).Int("stripes", len(links)).Msg("connected")
 	return nil
@@ -284,7 +285,8 @@ func (t *Transport) abandonLink(op *outPeer, reason error) {
 	}
 }
 
-// LinkStats counts the links' events so far. It does not block.
+// LinkStats counts the links' events so far. A Drop is the caller's
+// decision, not a failure, and does not count. It does not block.
 func (t *Transport) LinkStats() transport.LinkStats {
 	return transport.LinkStats{Connects: t.links.connects.Load(), Reconnects: t.links.reconnects.Load(),
 		DialErrors: t.links.dialErrors.Load(), LinkFailures: t.links.failures.Load()}
@@ -338,8 +340,6 @@ func (t *Transport) drop(id transport.PeerID, reason error, forget bool) {
 	ev := t.log.Warn()
 	if errors.Is(reason, errDropped) || errors.Is(reason, errForgotten) || t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
 		ev = t.log.Debug() // the caller asked, or the peer closed in order
-	} else {
-		t.links.failures.Add(1)
 	}
 	ev.Str("peer", string(id)).AnErr("reason", reason).Msg("dropped peer")
 	if t.cfg.OnDrop != nil {
