@@ -54,6 +54,7 @@ import (
 // the iteration's compute time; for larger models it is checked every K
 // iterations, K chosen from the table so that it stays within that budget.
 func (w *Worker) Boundary(ctx context.Context) (Change, error) {
+	w.ctrlStep.Store(int32(stepBoundary))
 	start, iter, compute := time.Now(), w.iter, w.compute
 	ch, err := w.boundary(ctx)
 	w.observeBoundary(iter, compute, start, ch, err)

@@ -448,7 +448,8 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, iter int64, pre
 		return err
 	}
 	vs.joiners = joiners
-	w.iter, w.bst = iter, balance.State{}
+	w.setIter(iter)
+	w.bst = balance.State{}
 	w.setView(vs)
 	if err := w.connectView(cctx, vs); err != nil {
 		return fmt.Errorf("gyre: connecting the view of epoch %d (ConnectTimeout %v, --connect-timeout): %w", epoch, w.cfg.ConnectTimeout, err)

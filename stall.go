@@ -19,21 +19,32 @@ import (
 // behind its own: they have not reached the collective. Every rank begins
 // the same collectives in the same order, so the counts compare.
 
-// What a stalled collective was, for reports.
+// What a stalled collective was, for reports and the metric's label.
 const (
-	stallData      = "collective"    // on the data channel: Worker.Comm, AllGather64, Reduce
-	stallGradients = "gradients"     // on the data channel, with gradient buckets pending
-	stallVote      = "boundary vote" // on the control channel
+	stallGradients = "gradients" // on the data channel, with gradient buckets pending
+	stallData      = "data"      // on the data channel otherwise: Worker.Comm, AllGather64, Reduce, state broadcasts
+	stallControl   = "control"   // on the control channel: votes and barriers
 )
+
+// ctrlStep says what the control channel's collectives belong to: Join,
+// the boundaries, or Leave. The trainer's goroutine sets it; stall reports
+// read it.
+type ctrlStep int32
+
+const (
+	stepJoin ctrlStep = iota
+	stepBoundary
+	stepLeave
+)
+
+var ctrlStepNames = [...]string{stepJoin: "join", stepBoundary: "boundary", stepLeave: "leave"}
 
 // progress is this worker's progress, for its heartbeats.
 func (w *Worker) progress() liveness.Progress {
-	w.mu.Lock()
-	vs := w.cur
-	w.mu.Unlock()
+	vs := w.view.Load()
 	p := liveness.Progress{Iter: w.iterNow.Load()}
 	if vs != nil {
-		p.Epoch, p.Seq = vs.view.Epoch, vs.begun()
+		p.Epoch, p.Begun = vs.view.Epoch, vs.begun()
 	}
 	return p
 }
@@ -83,10 +94,10 @@ func notArrived(mine liveness.Progress, peers []peerProgress) (behind, unknown [
 }
 
 // onStall returns the stall report of vs's communicator on channel what
-// (stallData or stallVote). It runs on the communicator's watchdog.
+// (stallData or stallControl).
 func (w *Worker) onStall(vs *viewState, what string) func(ring.Stall) {
 	return func(s ring.Stall) {
-		mine := liveness.Progress{Epoch: vs.view.Epoch, Iter: w.iterNow.Load(), Seq: vs.begun()}
+		mine := liveness.Progress{Epoch: vs.view.Epoch, Iter: w.iterNow.Load(), Begun: vs.begun()}
 		// Only a heartbeat that came after the collective began says
 		// whether its sender has reached it.
 		began := time.Now().Add(-s.Waited)
@@ -99,16 +110,19 @@ func (w *Worker) onStall(vs *viewState, what string) func(ring.Stall) {
 		}
 		behind, unknown := notArrived(mine, peers)
 		var pending []string
-		collective := what
-		if what == stallData {
+		collective, step := what, ""
+		switch what {
+		case stallData:
 			pending = append(vs.f32.Pending(), vs.f64.Pending()...)
 			if len(pending) > 0 {
 				collective = stallGradients
 			}
+		case stallControl:
+			step = ctrlStepNames[w.ctrlStep.Load()]
 		}
-		st := obs.Stall{Collective: collective, Op: s.Algo.Op(), Bytes: s.Bytes, Epoch: s.Epoch, Iter: mine.Iter, Seq: mine.Seq,
-			Waited: s.Waited, Rank: vs.rank, Behind: behind, Unknown: unknown, Pending: pending}
-		w.log.Warn().Str("collective", collective).Str("op", st.Op).Int("bytes", s.Bytes).Uint64("epoch", s.Epoch).
+		st := obs.Stall{Collective: collective, Step: step, Op: s.Algo.Op(), Bytes: s.Bytes, Epoch: s.Epoch, Iter: mine.Iter,
+			Begun: mine.Begun, Waited: s.Waited, Rank: vs.rank, Behind: behind, Unknown: unknown, Pending: pending}
+		w.log.Warn().Str("collective", collective).Str("step", step).Str("op", st.Op).Int("bytes", s.Bytes).Uint64("epoch", s.Epoch).
 			Int64("iter", mine.Iter).Dur("waited", s.Waited).Ints("behind", nonNil(behind)).Ints("no_progress", unknown).
 			Int("awaiting_rank", s.Peer).Strs("pending", nonNil(pending)).
 			Msg(stallMessage(st, s.Peer, vs, peers))
@@ -129,8 +143,7 @@ func nonNil[T any](s []T) []T {
 // stallMessage says in words who the stalled collective waits for.
 func stallMessage(st obs.Stall, awaiting int, vs *viewState, peers []peerProgress) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "stall: waited %s in the %s (%s of %d bytes) of iteration %d; ",
-		st.Waited.Round(time.Millisecond), st.Collective, st.Op, st.Bytes, st.Iter)
+	fmt.Fprintf(&b, "stall: waited %s in %s of iteration %d; ", st.Waited.Round(time.Millisecond), describeStalled(st), st.Iter)
 	switch {
 	case len(st.Behind) > 0:
 		b.WriteString("not yet arrived:")
@@ -138,7 +151,7 @@ func stallMessage(st obs.Stall, awaiting int, vs *viewState, peers []peerProgres
 			i := slices.IndexFunc(peers, func(p peerProgress) bool { return p.rank == r })
 			at := peers[i].at
 			if at.Epoch == st.Epoch {
-				fmt.Fprintf(&b, " rank %d (%s, at iteration %d, %d collective(s) behind)", r, vs.ids[r], at.Iter, st.Seq-at.Seq)
+				fmt.Fprintf(&b, " rank %d (%s, at iteration %d, %d collective(s) behind)", r, vs.ids[r], at.Iter, st.Begun-at.Begun)
 			} else {
 				fmt.Fprintf(&b, " rank %d (%s, at iteration %d of epoch %d)", r, vs.ids[r], at.Iter, at.Epoch)
 			}
@@ -146,12 +159,23 @@ func stallMessage(st obs.Stall, awaiting int, vs *viewState, peers []peerProgres
 	case len(st.Unknown) > 0:
 		fmt.Fprintf(&b, "no heartbeat since it began has said where ranks %v are", st.Unknown)
 	case awaiting >= 0:
-		fmt.Fprintf(&b, "every rank has arrived; this rank waits for a message from rank %d (%s)", awaiting, vs.ids[awaiting])
+		fmt.Fprintf(&b, "every rank has arrived; this rank waits on rank %d (%s), for a message or for it to read one", awaiting, vs.ids[awaiting])
 	default:
-		b.WriteString("every rank has arrived; this rank's sends are blocked")
+		b.WriteString("every rank has arrived")
 	}
 	if len(st.Pending) > 0 {
 		fmt.Fprintf(&b, "; pending tensors: %s", strings.Join(st.Pending, ", "))
 	}
 	return b.String()
+}
+
+// describeStalled names the stalled collective in words.
+func describeStalled(st obs.Stall) string {
+	switch st.Collective {
+	case stallGradients:
+		return fmt.Sprintf("the gradients' %s (%d bytes)", st.Op, st.Bytes)
+	case stallControl:
+		return fmt.Sprintf("the %s's %s on the control channel", st.Step, st.Op)
+	}
+	return fmt.Sprintf("a data-channel %s (%d bytes)", st.Op, st.Bytes)
 }

@@ -24,6 +24,7 @@ import (
 type stallLine struct {
 	Level      string   `json:"level"`
 	Collective string   `json:"collective"`
+	Step       string   `json:"step"`
 	Iter       int64    `json:"iter"`
 	Behind     []int    `json:"behind"`
 	Pending    []string `json:"pending"`
@@ -102,7 +103,7 @@ func TestStallReport(t *testing.T) {
 	}
 	fams := scrape(t, c.Workers[0].MetricsAddr())
 	metricGrads := value(t, fams, "gyre_stalls_total", map[string]string{"collective": "gradients"})
-	metricVotes := value(t, fams, "gyre_stalls_total", map[string]string{"collective": "boundary vote"})
+	metricVotes := value(t, fams, "gyre_stalls_total", map[string]string{"collective": "control"})
 	var status struct {
 		Stalls    int `json:"stalls"`
 		LastStall struct {
@@ -133,7 +134,7 @@ func TestStallReport(t *testing.T) {
 				if !slices.Equal(rep.Pending, []string{"fc1.weight", "fc1.bias"}) {
 					t.Errorf("rank %d: pending tensors %q, want fc1.weight and fc1.bias: %s", r, rep.Pending, rep.Message)
 				}
-			case rep.Collective == "boundary vote" && rep.Iter == 3:
+			case rep.Collective == "control" && rep.Step == "boundary" && rep.Iter == 3:
 				votes++
 			default:
 				t.Errorf("rank %d: unexpected report: %+v", r, rep)
@@ -150,7 +151,7 @@ func TestStallReport(t *testing.T) {
 	if int(metricGrads+metricVotes) != len(reports) || metricGrads < 2 || metricVotes < 2 {
 		t.Errorf("gyre_stalls_total: %v for the gradients and %v for the vote; rank 0 logged %d reports", metricGrads, metricVotes, len(reports))
 	}
-	if status.Stalls != len(reports) || status.LastStall.Collective != "boundary vote" || !slices.Equal(status.LastStall.Behind, []int{late}) {
+	if status.Stalls != len(reports) || status.LastStall.Collective != "control" || !slices.Equal(status.LastStall.Behind, []int{late}) {
 		t.Errorf("status.json: %+v; rank 0 logged %d reports, the last for the vote, naming rank %d", status, len(reports), late)
 	}
 	b, err := os.ReadFile(timeline)

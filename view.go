@@ -57,7 +57,7 @@ func (w *Worker) newViewState(epoch uint64, members []member, rank int, shares [
 	}
 	// The control channel's collectives are the boundary's, which the
 	// observer hears of as boundaries.
-	rc.Channel, rc.Observer, rc.OnStall = transport.ChanControl, nil, w.onStall(vs, stallVote)
+	rc.Channel, rc.Observer, rc.OnStall = transport.ChanControl, nil, w.onStall(vs, stallControl)
 	if vs.ctrl, err = ring.NewComm(w.t, rc); err != nil {
 		vs.close()
 		return nil, err

@@ -204,15 +204,20 @@ type Worker struct {
 	stop context.CancelFunc
 
 	// mu guards cur against Close. The trainer's goroutine reads cur
-	// without it, since only that goroutine replaces it.
-	mu  sync.Mutex
-	cur *viewState
+	// without it, since only that goroutine replaces it; the heartbeats
+	// read view, the same, which never waits for Close.
+	mu   sync.Mutex
+	cur  *viewState
+	view atomic.Pointer[viewState]
 
 	iter    int64
-	iterNow atomic.Int64 // iter, for the heartbeats' progress (setIter)
-	batch   []int64
-	started time.Time     // when the iteration's Batch was taken
-	compute time.Duration // the iteration's compute time, up to Wait
+	iterNow atomic.Int64 // iter, for the heartbeats' progress: both set only by setIter
+	// ctrlStep is what the control channel's collectives belong to, for
+	// stall reports.
+	ctrlStep atomic.Int32
+	batch    []int64
+	started  time.Time     // when the iteration's Batch was taken
+	compute  time.Duration // the iteration's compute time, up to Wait
 	// observer hears of collectives and boundaries: Config.Observer and
 	// the metrics that metrics serves (Config.MetricsAddr).
 	observer Observer
@@ -522,6 +527,7 @@ func (w *Worker) setView(vs *viewState) {
 	old := w.cur
 	w.cur = vs
 	w.mu.Unlock()
+	w.view.Store(vs)
 	w.rank.Store(int64(vs.rank))
 	w.adm.setView(vs.members)
 	if old != nil {
@@ -699,7 +705,8 @@ func (w *Worker) syncState(ctx context.Context, root int) error {
 	if err := ring.Broadcast(ctx, vs.data, root, head); err != nil {
 		return fmt.Errorf("gyre: broadcast state from rank %d: %w", root, err)
 	}
-	w.iter, w.epochBase = head[0], uint64(head[2])
+	w.setIter(head[0])
+	w.epochBase = uint64(head[2])
 	if vs.rank != root {
 		blob = make([]byte, head[1])
 	}
@@ -1028,7 +1035,8 @@ func (w *Worker) rollBack() error {
 	if err != nil {
 		return err
 	}
-	w.iter, w.failed = iter, nil
+	w.setIter(iter)
+	w.failed = nil
 	w.started, w.compute = time.Time{}, 0
 	return nil
 }
@@ -1074,6 +1082,7 @@ func (w *Worker) Leave(ctx context.Context) error {
 	if w.left {
 		return nil
 	}
+	w.ctrlStep.Store(int32(stepLeave))
 	if err := w.idle(); err != nil {
 		return err
 	}

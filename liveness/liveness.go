@@ -40,14 +40,20 @@ type Config struct {
 type Progress struct {
 	Epoch uint64 // the view's epoch
 	Iter  int64  // the training iteration
-	// Seq counts the collectives the worker has begun in this epoch.
-	Seq uint64
+	// Begun counts the collectives the worker has begun in this epoch.
+	Begun uint64
 }
 
 // Before reports whether p is behind q: in an earlier epoch, or in the
 // same epoch with fewer collectives begun.
 func (p Progress) Before(q Progress) bool {
-	return p.Epoch < q.Epoch || p.Epoch == q.Epoch && p.Seq < q.Seq
+	return p.Epoch < q.Epoch || p.Epoch == q.Epoch && p.Begun < q.Begun
+}
+
+// heardProgress is a Progress and when it arrived (unix nanoseconds).
+type heardProgress struct {
+	Progress
+	at int64
 }
 
 // progressLen is the size of a heartbeat's payload: Progress, little
@@ -57,12 +63,12 @@ const progressLen = 24
 func (p Progress) encode(b *[progressLen]byte) {
 	binary.LittleEndian.PutUint64(b[0:], p.Epoch)
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Iter))
-	binary.LittleEndian.PutUint64(b[16:], p.Seq)
+	binary.LittleEndian.PutUint64(b[16:], p.Begun)
 }
 
 func decodeProgress(b []byte) Progress {
 	return Progress{Epoch: binary.LittleEndian.Uint64(b[0:]), Iter: int64(binary.LittleEndian.Uint64(b[8:])),
-		Seq: binary.LittleEndian.Uint64(b[16:])}
+		Begun: binary.LittleEndian.Uint64(b[16:])}
 }
 
 // Monitor heartbeats with a set of peers and records when each was last
@@ -93,8 +99,9 @@ type peer struct {
 	// brokeAt is when receiving from it first failed since it was last
 	// heard from (unix nanoseconds; 0: it has not).
 	brokeAt atomic.Int64
-	// progress is what its latest heartbeat carried; nil before one did.
-	progress atomic.Pointer[Progress]
+	// progress is what its latest heartbeat carried, and when; nil
+	// before one did.
+	progress atomic.Pointer[heardProgress]
 	cancel   context.CancelFunc
 }
 
@@ -249,7 +256,7 @@ func (m *Monitor) Progress(id transport.PeerID) (Progress, time.Time, bool) {
 		return Progress{}, time.Time{}, false
 	}
 	if pr := p.progress.Load(); pr != nil {
-		return *pr, time.Unix(0, p.heard.Load()), true
+		return pr.Progress, time.Unix(0, pr.at), true
 	}
 	return Progress{}, time.Time{}, false
 }
@@ -384,11 +391,11 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 			return
 		}
 		if err == nil || errors.Is(err, wire.ErrShortBuffer) { // any message from the peer proves it alive
+			now := time.Now().UnixNano()
 			if err == nil && n == progressLen {
-				pr := decodeProgress(buf[:])
-				p.progress.Store(&pr)
+				p.progress.Store(&heardProgress{decodeProgress(buf[:]), now})
 			}
-			p.heard.Store(time.Now().UnixNano())
+			p.heard.Store(now)
 			p.brokeAt.Store(0)
 			p.gone.Store(false) // its link came back: Farewell waits for it again
 			if h.Flags == flagFarewell {

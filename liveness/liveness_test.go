@@ -232,9 +232,9 @@ func TestBroken(t *testing.T) {
 // that a worker reporting none is known to have sent none.
 func TestProgress(t *testing.T) {
 	var seq atomic.Uint64
-	_, _, mons := pair(t, func() liveness.Progress { return liveness.Progress{Epoch: 3, Iter: 41, Seq: seq.Load()} })
+	_, _, mons := pair(t, func() liveness.Progress { return liveness.Progress{Epoch: 3, Iter: 41, Begun: seq.Load()} })
 	seq.Store(7)
-	want := liveness.Progress{Epoch: 3, Iter: 41, Seq: 7}
+	want := liveness.Progress{Epoch: 3, Iter: 41, Begun: 7}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got, at, ok := mons[1].Progress("a")
@@ -252,7 +252,7 @@ func TestProgress(t *testing.T) {
 	if _, _, ok := mons[1].Progress("nobody"); ok {
 		t.Error("progress of a peer not watched")
 	}
-	behind, ahead := liveness.Progress{Epoch: 3, Iter: 41, Seq: 6}, liveness.Progress{Epoch: 4, Seq: 1}
+	behind, ahead := liveness.Progress{Epoch: 3, Iter: 41, Begun: 6}, liveness.Progress{Epoch: 4, Begun: 1}
 	if !behind.Before(want) || want.Before(behind) || !want.Before(ahead) || want.Before(want) {
 		t.Error("Before does not order by epoch, then collectives begun")
 	}

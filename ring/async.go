@@ -332,7 +332,12 @@ func (f *Fuser[T]) reduce(b *bucket[T]) error {
 	var st BucketStats
 	if f.cfg.Observer != nil {
 		st = BucketStats{Tensors: b.names, Bytes: b.elems * f.es, Closed: b.closed, Started: time.Now()}
-		defer func() { st.Done = time.Now(); f.cfg.Observer.Bucket(st) }()
+		defer func() {
+			if st.Done = time.Now(); st.Err != nil {
+				st.Done = st.Reduced // nothing was copied back
+			}
+			f.cfg.Observer.Bucket(st)
+		}()
 	}
 	if cap(f.buf) < b.elems {
 		f.buf = make([]T, b.elems)

@@ -80,8 +80,8 @@ type Config struct {
 	// Horovod's stall inspector does; keep it well below
 	// CollectiveTimeout. 0 reports nothing.
 	StallThreshold time.Duration
-	// OnStall receives the reports, on the Comm's watchdog goroutine: it
-	// must not block, and must not call the Comm.
+	// OnStall receives the reports, one at a time, on a goroutine of
+	// their own that Close waits for: it must not call the Comm.
 	OnStall func(Stall)
 }
 
@@ -247,6 +247,7 @@ type Comm struct {
 	seq         uint64
 	started     atomic.Uint64 // seq, for Started
 	under       underWay      // the collective in progress, for stall reports
+	reporting   atomic.Bool   // a stall report's OnStall is running
 	bw          float64       // bytes per second, for deadlines
 	plans       planCache
 	scratch     []byte

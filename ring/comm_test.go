@@ -225,9 +225,11 @@ func testZeroAllocs(t *testing.T, small int, wt wire.DType) {
 	}
 	cl := newCluster(t, n, func(c *Config) {
 		c.SmallBytes, c.ChunkBytes = small, chunk
-		// Liveness checks every millisecond: the watchdog's ticks must not
-		// allocate either.
+		// Liveness checks every millisecond, and the stall report every
+		// 250 ms: the watchdog's ticks must not allocate either. (No
+		// collective lasts the threshold: a report would allocate.)
 		c.Liveness, c.PeerTimeout = alwaysHeard{}, 4*time.Millisecond
+		c.StallThreshold, c.OnStall = 2*time.Second, func(s Stall) { t.Errorf("a stall report: %+v", s) }
 	})
 	bufs := make([][]float32, n)
 	for r := range bufs {

@@ -773,7 +773,9 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 		return err
 	}
 	start := time.Now()
-	c.under.set(c.seq, e.plan.Algo, len(data), start)
+	if c.reportsStalls() {
+		c.under.set(c.seq, e.plan.Algo, len(data), start)
+	}
 	// Before begin, so that a timer callback that finds this collective
 	// active reads its deadline.
 	o.deadline.Store(int64(start.Add(o.timeout).Sub(c.born)))

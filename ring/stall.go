@@ -18,8 +18,8 @@ type Stall struct {
 	Bytes int
 	// Waited is how long the collective has run.
 	Waited time.Duration
-	// Peer is the rank whose message this rank's walk waits for, or -1
-	// when it waits on sends alone.
+	// Peer is the rank this rank's walk waits on: for a message from
+	// it, or for it to read one this rank sends; -1 if none.
 	Peer int
 	// Report counts this collective's reports: 1 at StallThreshold, 2 at
 	// twice it, and so on.
@@ -35,8 +35,8 @@ type underWay struct {
 	algo  Algo
 	bytes int
 	start time.Time
-	// reported is how many reports the collective seq has had; only the
-	// watchdog touches it.
+	// reported is how many reports the collective seq has had: set
+	// reset it, the watchdog counts.
 	reported int
 }
 
@@ -57,9 +57,12 @@ func stallReportPeriod(threshold time.Duration) time.Duration {
 }
 
 // reportStall reports the collective in progress if it has run for
-// another StallThreshold since its last report.
+// another StallThreshold since its last report. OnStall runs on a
+// goroutine of its own, so that a report writing to a slow disk or pipe
+// never delays the watchdog's other work; a report falling due while the
+// previous one still runs waits for the next check.
 func (c *Comm) reportStall(now time.Time) {
-	if _, active := c.ctx.activeGen(); !active {
+	if _, active := c.ctx.activeGen(); !active || c.reporting.Load() {
 		return
 	}
 	u := &c.under
@@ -74,5 +77,11 @@ func (c *Comm) reportStall(now time.Time) {
 	s := Stall{Epoch: c.cfg.Epoch, Seq: u.seq, Algo: u.algo, Bytes: u.bytes, Waited: waited,
 		Peer: int(c.op.waiting.Load()), Report: due}
 	u.mu.Unlock()
-	c.cfg.OnStall(s)
+	c.reporting.Store(true)
+	c.wg.Add(1) // Close waits for the report: the watchdog is still counted
+	go func() {
+		defer c.wg.Done()
+		defer c.reporting.Store(false)
+		c.cfg.OnStall(s)
+	}()
 }

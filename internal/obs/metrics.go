@@ -105,7 +105,7 @@ func NewMetrics(transport string) *Metrics {
 		stalls: f.counterVec("gyre_stalls_total",
 			"Stall reports: collectives this worker waited in past the stall threshold, once per threshold waited.", []string{"collective"}),
 	}
-	for _, c := range []string{"gradients", "collective", "boundary vote"} {
+	for _, c := range []string{"gradients", "data", "control"} {
 		m.stalls.WithLabelValues(c) // every series exists from the start, at 0
 	}
 	for a := ring.Algo(1); a < maxAlgo && a.Op() != ""; a++ {

@@ -3,6 +3,8 @@ package obs
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +139,15 @@ func TestStatus(t *testing.T) {
 	// 2(n−1)/n of 3 MiB in 2 ms; the 4 KiB allreduce after it is left out.
 	if want := 4.0 / 3 * float64(3<<20) / 0.002; s.BusBW != want {
 		t.Errorf("busbw %v, want %v", s.BusBW, want)
+	}
+	// A stall report shows on the page, and the page renders.
+	m.Stall(Stall{Collective: "gradients", Iter: 7, Waited: 90 * time.Second, Behind: []int{2}, Pending: []string{"fc1.w"}})
+	if s := m.Status(); s.Stalls != 1 || s.LastStall == nil || s.LastStall.WaitedSeconds != 90 {
+		t.Errorf("status after a stall report: %+v", s.LastStall)
+	}
+	rec := httptest.NewRecorder()
+	m.statusPage(rec, httptest.NewRequest("GET", "/", nil))
+	if page := rec.Body.String(); rec.Code != 200 || !strings.Contains(page, "waited 90 s in the gradients of iteration 7 for ranks [2], with tensors [fc1.w] pending") {
+		t.Errorf("status page (%d) lacks the stall:\n%s", rec.Code, page)
 	}
 }

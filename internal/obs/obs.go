@@ -71,17 +71,18 @@ type StallObserver interface {
 // Stall is one stall report, as one waiting worker makes it.
 type Stall struct {
 	// Collective says which: "gradients" for the buckets' allreduces,
-	// "collective" for the trainer's own on the data channel,
-	// "boundary vote" for the control channel's.
-	Collective string
+	// "data" for other collectives on the data channel (the trainer's
+	// own, state broadcasts), "control" for the control channel's votes
+	// and barriers, whose Step is "join", "boundary" or "leave".
+	Collective, Step string
 	// Op is the operation (ring.Algo.Op), Bytes its buffer's size.
 	Op    string
 	Bytes int
-	// Epoch, Iter and Seq locate it: the view, the iteration, and the
+	// Epoch, Iter and Begun locate it: the view, the iteration, and the
 	// number of collectives this worker had begun in the epoch.
 	Epoch uint64
 	Iter  int64
-	Seq   uint64
+	Begun uint64
 	// Waited is how long the worker has waited in it.
 	Waited time.Duration
 	// Rank is the reporting worker's.

@@ -201,7 +201,7 @@ func bucketName(tensors []string) string {
 // thread, and flushes, so the file shows it while the job is stuck.
 func (t *Trace) Stall(s Stall) {
 	t.add(traceEvent{Name: "stall", Cat: "stall", Ph: "i", Scope: "p", Ts: t.micros(time.Now()), Tid: traceThreadTrainer,
-		Args: map[string]any{"collective": s.Collective, "op": s.Op, "iter": s.Iter, "seq": s.Seq,
+		Args: map[string]any{"collective": s.Collective, "step": s.Step, "op": s.Op, "iter": s.Iter, "begun": s.Begun,
 			"waited_s": s.Waited.Seconds(), "behind": s.Behind, "pending": s.Pending}})
 	t.Flush()
 }
