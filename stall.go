@@ -122,7 +122,11 @@ func (w *Worker) onStall(vs *viewState, what string) func(ring.Stall) {
 		}
 		st := obs.Stall{Collective: collective, Step: step, Op: s.Algo.Op(), Bytes: s.Bytes, Epoch: s.Epoch, Iter: mine.Iter,
 			Begun: mine.Begun, Waited: s.Waited, Rank: vs.rank, Behind: behind, Unknown: unknown, Pending: pending}
-		w.log.Warn().Str("collective", collective).Str("step", step).Str("op", st.Op).Int("bytes", s.Bytes).Uint64("epoch", s.Epoch).
+		ev := w.log.Warn().Str("collective", collective)
+		if step != "" {
+			ev = ev.Str("step", step)
+		}
+		ev.Str("op", st.Op).Int("bytes", s.Bytes).Uint64("epoch", s.Epoch).
 			Int64("iter", mine.Iter).Dur("waited", s.Waited).Ints("behind", nonNil(behind)).Ints("no_progress", unknown).
 			Int("awaiting_rank", s.Peer).Strs("pending", nonNil(pending)).
 			Msg(stallMessage(st, s.Peer, vs, peers))
