@@ -166,11 +166,14 @@ const compressGain = 0.75
 
 // AllReduceBF16 returns the predicted time in seconds of an allreduce of
 // bytes float32 bytes over n ranks, by the algorithm Choose picks at
-// threshold, with the data on the wire as bf16: half the bytes, an encode
-// before every send, and a bf16 reduction or decode after every receive,
-// pipelined with the transfers as the float32 reduction is. Encoding is
-// not overlapped with sending, as the send walker does one, then the
-// other.
+// threshold, with the data on the wire as bf16: half the bytes, and a
+// bf16 reduction or decode after every receive, pipelined with the
+// transfers as the float32 reduction is. Encoding is not overlapped with
+// sending, as the send walker does one, then the other. Recursive
+// doubling encodes before every send; the ring encodes the (n−1)/n of
+// the buffer its reduce-scatter sends and the 1/n whose reduction it
+// completes, and its allgather forwards the wire image (compress.go):
+// one encode of the buffer in all.
 func (m CostModel) AllReduceBF16(n, bytes, threshold int) float64 {
 	if n <= 1 {
 		return 0
@@ -184,7 +187,7 @@ func (m CostModel) AllReduceBF16(n, bytes, threshold int) float64 {
 	}
 	fixed, _ := m.ringLine(n)
 	f := float64(n-1) / float64(n)
-	return fixed + f*s*(2/m.Encode+2*max(wire, 1/m.Decode))
+	return fixed + s/m.Encode + 2*f*s*max(wire, 1/m.Decode)
 }
 
 // Compression returns the wire type Comm.AutoCompression gives an

@@ -253,6 +253,7 @@ type Comm struct {
 	scratch     []byte
 	sendScratch []uint16     // compressed sends
 	recvScratch []uint16     // compressed receives
+	image       []uint16     // a compressed ring collective's wire image
 	dirty       []bool       // per rank: leftovers of a failed collective may be queued
 	toldStale   []uint64     // per rank: 1 + the seq in which it was told it is stale
 	silent      atomic.Int32 // the member the watchdog found silent
@@ -706,6 +707,12 @@ type planEntry struct {
 	// peer, in elements and messages: what must fit the transport's send
 	// buffer for the plan to run inline.
 	peerSendElems, peerSendMsgs int
+	// forwards[i] says that compressed, send i forwards exactly the wire
+	// values its receive left (the wire image, see compress.go), and
+	// keeps[j] that receive j's wire values are forwarded so; nil where
+	// no send forwards (recursive doubling, which rounds and reduces in
+	// turn, and the barrier).
+	forwards, keeps []bool
 }
 
 // planCache keeps the last few plans. A training loop reuses a handful of
@@ -758,6 +765,9 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 		msgs[x.Peer]++
 		e.peerSendElems = max(e.peerSendElems, elems[x.Peer])
 		e.peerSendMsgs = max(e.peerSendMsgs, msgs[x.Peer])
+	}
+	if k.algo != AlgoRecursiveDoubling && k.algo != AlgoBarrier {
+		e.forwards, e.keeps = forwardedImages(p)
 	}
 	pc.keys[pc.next], pc.entries[pc.next] = k, e
 	pc.next = (pc.next + 1) % planCacheSize

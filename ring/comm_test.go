@@ -274,28 +274,47 @@ func BenchmarkAllReduceCompressed(b *testing.B) {
 func benchAllReduce(b *testing.B, wt wire.DType) {
 	for _, n := range []int{2, 4, 8} {
 		for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
-			b.Run(fmt.Sprintf("n=%d/%s", n, transporttest.SizeName(size)), func(b *testing.B) {
-				cl := newCluster(b, n, nil)
-				bufs := make([][]float32, n)
-				for r := range bufs {
-					bufs[r] = make([]float32, size/4)
-				}
-				ctx := context.Background()
-				d := newDriver(b, cl.comms, func(r int, c *Comm) error {
-					return AllReduceCompressed(ctx, c, wire.OpSum, bufs[r], wt)
-				})
-				if err := d.run(); err != nil {
-					b.Fatal(err)
-				}
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				for b.Loop() {
-					if err := d.run(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				sec := b.Elapsed().Seconds() / float64(b.N)
-				b.ReportMetric(float64(size)/sec*2*float64(n-1)/float64(n)/1e9, "busbw-GB/s")
+			b.Run(fmt.Sprintf("n=%d/%s", n, transporttest.SizeName(size)), func(b *testing.B) { benchOne(b, n, size, wt) })
+		}
+	}
+}
+
+// benchOne measures a float32 Sum allreduce of size bytes over n ranks,
+// sent as wt, and reports its busbw.
+func benchOne(b *testing.B, n, size int, wt wire.DType) {
+	cl := newCluster(b, n, nil)
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+	}
+	ctx := context.Background()
+	d := newDriver(b, cl.comms, func(r int, c *Comm) error {
+		return AllReduceCompressed(ctx, c, wire.OpSum, bufs[r], wt)
+	})
+	if err := d.run(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(size)/sec*2*float64(n-1)/float64(n)/1e9, "busbw-GB/s")
+}
+
+// BenchmarkWireImage is the bf16 allreduce at 16 MiB with and without the
+// wire image (compress.go): the sends that forward what their receive
+// left skip the encode with it.
+func BenchmarkWireImage(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, image := range []bool{false, true} {
+			b.Run(fmt.Sprintf("n=%d/image=%v", n, image), func(b *testing.B) {
+				useWireImage = image
+				defer func() { useWireImage = true }()
+				benchOne(b, n, 16<<20, wire.DTypeBF16)
 			})
 		}
 	}

@@ -24,6 +24,17 @@ import (
 //     send rounds its span in place before the partner's data is reduced
 //     into it, so both partners reduce the same two operands. (The ring
 //     needs no such rule: a partial sum is reduced by one rank only.)
+//
+// The wire image. In the ring, every value that leaves a rank after its
+// reduction completes is one that arrived in wire form or was just
+// rounded through it: the Final receive's span, and every span an
+// allgather step forwards. Encoding the decoded values again gives back
+// the same bits, so a ring collective keeps the wire values of its buffer
+// in an image, and a send that forwards what its receive left sends the
+// image as it is: half the encodes of an allreduce at N = 2, 3 of 7 at
+// N = 4. Sends that do not forward encode into the image too, so every
+// span's image is where its send reads it, under the plan's ordering of
+// sends and receives over that span.
 
 // codec is a wire format's kernels.
 type codec struct {
@@ -61,13 +72,25 @@ func f32(b []byte) []float32 {
 	return v
 }
 
-// encodeSend encodes x's span into the send scratch and returns it as the
-// payload. In recursive doubling it also rounds the span in place (see
-// above); the plan orders this write before the step's reducing receive
-// and after the receive that last wrote the span.
-func (o *op) encodeSend(x *Xfer) ([]byte, error) {
-	span := f32(o.data[x.Off*o.es : x.End()*o.es])
+// useWireImage is false only in the test that checks the wire image
+// changes no bit of any result.
+var useWireImage = true
+
+// encodeSend returns send i's payload: its span's wire image as its
+// receive left it, if it forwards one, else the span encoded into the
+// image or the send scratch. In recursive doubling it also rounds the
+// span in place (see above); the plan orders this write before the step's
+// reducing receive and after the receive that last wrote the span.
+func (o *op) encodeSend(i int) ([]byte, error) {
+	x := &o.plan.Sends[i]
 	w := o.sendScratch[:x.Len]
+	if o.image != nil {
+		w = o.image[x.Off:x.End()]
+		if o.forwards[i] {
+			return kernels.Bytes(w), nil
+		}
+	}
+	span := f32(o.data[x.Off*o.es : x.End()*o.es])
 	if err := o.codec.encode(w, span); err != nil {
 		return nil, fmt.Errorf("ring: encode: %w", err)
 	}
@@ -79,9 +102,11 @@ func (o *op) encodeSend(x *Xfer) ([]byte, error) {
 	return kernels.Bytes(w), nil
 }
 
-// recvCompressed takes x's message into the receive scratch and reduces
-// or decodes it into x's span.
-func (o *op) recvCompressed(x *Xfer) error {
+// recvCompressed takes receive j's message into the receive scratch and
+// reduces or decodes it into its span, keeping the wire values in the
+// image if a send forwards them.
+func (o *op) recvCompressed(j int) error {
+	x := &o.plan.Recvs[j]
 	w := o.recvScratch[:x.Len]
 	if err := o.recv(x, kernels.Bytes(w)); err != nil {
 		return err
@@ -93,6 +118,9 @@ func (o *op) recvCompressed(x *Xfer) error {
 	}
 	span := f32(o.data[x.Off*o.es : x.End()*o.es])
 	if !x.Reduce {
+		if o.image != nil && o.keeps[j] {
+			copy(o.image[x.Off:x.End()], w)
+		}
 		return o.codec.decode(span, w)
 	}
 	if err := o.codec.reduce(o.kop, span, w); err != nil {
@@ -104,10 +132,35 @@ func (o *op) recvCompressed(x *Xfer) error {
 	if o.scale != 0 {
 		kernels.Scale(span, float32(o.scale))
 	}
-	// Round to the wire precision through the scratch, whose message is
-	// consumed: what this rank keeps is what it forwards.
+	// Round to the wire precision through the image, or the scratch,
+	// whose message is consumed: what this rank keeps is what it
+	// forwards.
+	if o.image != nil {
+		w = o.image[x.Off:x.End()]
+	}
 	if err := o.codec.encode(w, span); err != nil {
 		return fmt.Errorf("ring: encode: %w", err)
 	}
 	return o.codec.decode(span, w)
+}
+
+// forwardedImages finds, in a ring plan, the sends that forward exactly
+// what their receive left in wire form (an overwriting receive's message,
+// or a Final receive's rounded result) over the same span, and the
+// receives whose wire values such a send forwards.
+func forwardedImages(p Plan) (forwards, keeps []bool) {
+	forwards, keeps = make([]bool, len(p.Sends)), make([]bool, len(p.Recvs))
+	for i, x := range p.Sends {
+		if x.After < 0 {
+			continue
+		}
+		r := p.Recvs[x.After]
+		if r.Span == x.Span && (!r.Reduce || r.Final) {
+			forwards[i] = true
+			if !r.Reduce {
+				keeps[x.After] = true
+			}
+		}
+	}
+	return forwards, keeps
 }

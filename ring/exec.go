@@ -224,6 +224,11 @@ type op struct {
 	// passes through the scratches below (see compress.go).
 	codec                    *codec
 	sendScratch, recvScratch []uint16
+	// image, for a compressed plan that forwards, holds the wire values
+	// of the buffer: sends encode into it, and a send that forwards what
+	// its receive left sends it as it is (forwards, keeps; compress.go).
+	image           []uint16
+	forwards, keeps []bool
 
 	// sent and recvd count completed sends and receives: the one counter
 	// per walker that After waits compare against.
@@ -298,16 +303,16 @@ func (o *op) walkSends() error { return o.walkSendsFrom(0) }
 // walkSendsFrom runs the plan's sends from index i on.
 func (o *op) walkSendsFrom(i int) error {
 	for ; i < len(o.plan.Sends); i++ {
-		if err := o.sendOne(&o.plan.Sends[i]); err != nil {
+		if err := o.sendOne(i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// sendOne runs one send once the receive it forwards has completed.
-func (o *op) sendOne(x *Xfer) error {
-	c := o.c
+// sendOne runs send i once the receive it forwards has completed.
+func (o *op) sendOne(i int) error {
+	c, x := o.c, &o.plan.Sends[i]
 	if err := o.waitRecvs(x.After); err != nil {
 		return err
 	}
@@ -316,7 +321,7 @@ func (o *op) sendOne(x *Xfer) error {
 	payload := o.data[x.Off*o.es : x.End()*o.es]
 	if o.codec != nil {
 		var err error
-		if payload, err = o.encodeSend(x); err != nil {
+		if payload, err = o.encodeSend(i); err != nil {
 			return err
 		}
 	}
@@ -364,7 +369,7 @@ func (o *op) walkInline() (handed bool, err error) {
 			o.recvFrom.Store(int64(j))
 			o.sendSeq.Add(1)
 			o.stall.Store(stallArmed)
-			err := o.sendOne(&p.Sends[i])
+			err := o.sendOne(i)
 			if !o.stall.CompareAndSwap(stallArmed, stallIdle) {
 				if err == nil {
 					err = o.walkSendsFrom(i + 1)
@@ -382,7 +387,7 @@ func (o *op) walkInline() (handed bool, err error) {
 			o.waiting.Store(-1)
 			return false, nil
 		}
-		if err := o.recvOne(&p.Recvs[j]); err != nil {
+		if err := o.recvOne(j); err != nil {
 			return false, err
 		}
 	}
@@ -395,7 +400,7 @@ func (o *op) walkRecvs() error { return o.walkRecvsFrom(0) }
 // received them all, it waits for nobody (op.waiting).
 func (o *op) walkRecvsFrom(j int) error {
 	for ; j < len(o.plan.Recvs); j++ {
-		if err := o.recvOne(&o.plan.Recvs[j]); err != nil {
+		if err := o.recvOne(j); err != nil {
 			return err
 		}
 	}
@@ -403,12 +408,12 @@ func (o *op) walkRecvsFrom(j int) error {
 	return nil
 }
 
-// recvOne runs one receive, and its reduction or copy into the buffer.
-func (o *op) recvOne(x *Xfer) error {
-	c := o.c
+// recvOne runs receive j, and its reduction or copy into the buffer.
+func (o *op) recvOne(j int) error {
+	c, x := o.c, &o.plan.Recvs[j]
 	if o.codec != nil {
 		o.waiting.Store(int32(x.Peer))
-		if err := o.recvCompressed(x); err != nil {
+		if err := o.recvCompressed(j); err != nil {
 			return err
 		}
 		o.recvd.Add(1)
@@ -750,6 +755,13 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 			c.recvScratch = make([]uint16, e.maxRecv)
 		}
 		o.sendScratch, o.recvScratch = c.sendScratch, c.recvScratch
+		o.image, o.forwards, o.keeps = nil, nil, nil
+		if e.forwards != nil && useWireImage {
+			if len(c.image) < e.plan.Length {
+				c.image = make([]uint16, e.plan.Length)
+			}
+			o.image, o.forwards, o.keeps = c.image, e.forwards, e.keeps
+		}
 	} else {
 		if need := e.maxRecv * es; len(c.scratch) < need {
 			c.scratch = make([]byte, need)
