@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"time"
 
@@ -113,7 +114,7 @@ func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 		order, p.order = w.chooseOrder(vs, t.speeds())
 	}
 	if tuning {
-		m := ring.FitCostModel(t.probes(), order)
+		m := ring.FitCostModel(t.probes(vs.hosts()), order)
 		p.model = &m
 		w.log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
 			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
@@ -139,8 +140,9 @@ func (w *Worker) chooseOrder(vs *viewState, speed [][]int64) (order, changed []i
 
 // probeTable is every member's probe figures, a row per rank: its send
 // speed to every rank (bytes per second), its latency to every rank
-// (nanoseconds), then its kernel rates (kernelRates, bytes per second);
-// 0 where unknown.
+// (nanoseconds), then its kernel rates (kernelRates, bytes per second)
+// and the cores its host lets it use, in thousandths (hostCores); 0 where
+// unknown.
 type probeTable struct {
 	n    int
 	rows []int64
@@ -152,16 +154,18 @@ const (
 	rateEncode        // float32 to bf16
 	rateDecode        // bf16 summed into float32
 	kernelRates
+	hostCores = kernelRates // after the rates: kernels.Device.Usable, in thousandths
+	rowTail   = kernelRates + 1
 )
 
 // newProbeTable returns an empty table for n members.
 func newProbeTable(n int) probeTable {
-	return probeTable{n: n, rows: make([]int64, n*(2*n+kernelRates))}
+	return probeTable{n: n, rows: make([]int64, n*(2*n+rowTail))}
 }
 
 // row returns rank r's row.
 func (t probeTable) row(r int) []int64 {
-	w := 2*t.n + kernelRates
+	w := 2*t.n + rowTail
 	return t.rows[r*w : (r+1)*w : (r+1)*w]
 }
 
@@ -174,11 +178,20 @@ func (t probeTable) speeds() [][]int64 {
 	return out
 }
 
-// probes returns the table as ring.Probes.
-func (t probeTable) probes() ring.Probes {
+// probes returns the table as ring.Probes, for members on hosts (a rank's
+// host, in rank order). The bf16 rates were measured on a core of one's
+// own; where more ranks share a host than it has cores, they are scaled
+// to each rank's share (cpuShares), since compression's kernels then
+// take their CPU from the other ranks and the transport.
+func (t probeTable) probes(hosts []string) ring.Probes {
 	n := t.n
 	p := ring.Probes{Speed: make([][]float64, n), Latency: make([][]float64, n),
 		Reduce: make([]float64, n), Encode: make([]float64, n), Decode: make([]float64, n)}
+	cores := make([]int64, n)
+	for r := range n {
+		cores[r] = t.row(r)[2*n+hostCores]
+	}
+	shares := cpuShares(hosts, cores)
 	for r := range n {
 		row := t.row(r)
 		p.Speed[r], p.Latency[r] = make([]float64, n), make([]float64, n)
@@ -187,7 +200,9 @@ func (t probeTable) probes() ring.Probes {
 			p.Latency[r][j] = float64(row[n+j]) / 1e9
 		}
 		rates := row[2*n:]
-		p.Reduce[r], p.Encode[r], p.Decode[r] = float64(rates[rateReduce]), float64(rates[rateEncode]), float64(rates[rateDecode])
+		p.Reduce[r] = float64(rates[rateReduce])
+		p.Encode[r] = float64(rates[rateEncode]) * shares[r]
+		p.Decode[r] = float64(rates[rateDecode]) * shares[r]
 	}
 	return p
 }
@@ -199,7 +214,8 @@ func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, err
 	t := newProbeTable(n)
 	own := t.row(vs.rank)
 	w.probeLinks(ctx, vs, own[:n], own[n:2*n])
-	measureKernels(own[2*n:])
+	measureKernels(own[2*n : 2*n+kernelRates])
+	own[2*n+hostCores] = int64(kernels.Probe().Usable() * 1000)
 	if err := ring.AllGather(ctx, vs.ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
@@ -506,4 +522,35 @@ func (vs *viewState) setProbed(p probed) error {
 		return vs.data.SetCostModel(*p.model)
 	}
 	return nil
+}
+
+// cpuShares returns each rank's share of a core: 1, or less where more
+// ranks share its host (hosts, by rank) than the host's cores (each
+// rank's report, in thousandths; 0 if unknown: then 1) can give one each.
+func cpuShares(hosts []string, milliCores []int64) []float64 {
+	count := map[string]int{}
+	for _, h := range hosts {
+		count[h]++
+	}
+	shares := make([]float64, len(hosts))
+	for r, h := range hosts {
+		shares[r] = 1
+		if c := float64(milliCores[r]) / 1000; c > 0 {
+			shares[r] = min(1, c/float64(count[h]))
+		}
+	}
+	return shares
+}
+
+// hosts returns each member's host: its data address without the port,
+// or the whole address if it has none (the in-memory transport's names).
+func (vs *viewState) hosts() []string {
+	out := make([]string, len(vs.members))
+	for i, m := range vs.members {
+		out[i] = m.Addr
+		if h, _, err := net.SplitHostPort(m.Addr); err == nil {
+			out[i] = h
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -125,5 +126,32 @@ func TestProbeExchange(t *testing.T) {
 	defer cancel()
 	if _, _, err := lone.exchange(ctx, true); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a probe with no peer: %v, want the deadline", err)
+	}
+}
+
+// TestCPUShares: ranks alone on their host, or as many as its cores, get
+// a whole core; four ranks on a 2-core host get half of one each, and a
+// rank that reported no cores counts as alone.
+func TestCPUShares(t *testing.T) {
+	hosts := []string{"10.0.0.1", "10.0.0.2", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.3", "10.0.0.3"}
+	cores := []int64{8000, 1000, 2000, 2000, 2000, 2000, 2000, 0}
+	want := []float64{1, 1, 0.5, 0.5, 0.5, 0.5, 1, 1}
+	if got := cpuShares(hosts, cores); !slices.Equal(got, want) {
+		t.Errorf("shares %v, want %v", got, want)
+	}
+	vs := &viewState{members: []member{{Addr: "127.0.0.1:7947"}, {Addr: "[::1]:7947"}, {Addr: "r2"}}}
+	if got := vs.hosts(); !slices.Equal(got, []string{"127.0.0.1", "::1", "r2"}) {
+		t.Errorf("hosts %q", got)
+	}
+	// Through the table: two ranks on one 1-core host see half their
+	// bf16 rates, and the float32 reduction rate is left alone.
+	tb := newProbeTable(2)
+	for r := range 2 {
+		row := tb.row(r)
+		row[4+rateReduce], row[4+rateEncode], row[4+rateDecode], row[4+hostCores] = 8e9, 2e9, 4e9, 1000
+	}
+	p := tb.probes([]string{"h", "h"})
+	if p.Reduce[0] != 8e9 || p.Encode[1] != 1e9 || p.Decode[0] != 2e9 {
+		t.Errorf("probes: reduce %v, encode %v, decode %v", p.Reduce, p.Encode, p.Decode)
 	}
 }

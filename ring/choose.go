@@ -170,10 +170,12 @@ const compressGain = 0.75
 // bf16 reduction or decode after every receive, pipelined with the
 // transfers as the float32 reduction is. Encoding is not overlapped with
 // sending, as the send walker does one, then the other. Recursive
-// doubling encodes before every send; the ring encodes the (n−1)/n of
-// the buffer its reduce-scatter sends and the 1/n whose reduction it
-// completes, and its allgather forwards the wire image (compress.go):
-// one encode of the buffer in all.
+// doubling encodes before every send. The ring encodes the buffer once
+// (its allgather forwards the wire image, compress.go), but the model
+// charges 2(n−1)/n encodes, as many as it sends: for n > 2 the surplus
+// stands for the CPU encoding takes from the transport, which the model
+// does not otherwise count. (Ranks that share a host's cores also have
+// their rates scaled down before the fit, by the runtime's probes.)
 func (m CostModel) AllReduceBF16(n, bytes, threshold int) float64 {
 	if n <= 1 {
 		return 0
@@ -187,7 +189,7 @@ func (m CostModel) AllReduceBF16(n, bytes, threshold int) float64 {
 	}
 	fixed, _ := m.ringLine(n)
 	f := float64(n-1) / float64(n)
-	return fixed + s/m.Encode + 2*f*s*max(wire, 1/m.Decode)
+	return fixed + f*s*(2/m.Encode+2*max(wire, 1/m.Decode))
 }
 
 // Compression returns the wire type Comm.AutoCompression gives an
