@@ -33,8 +33,9 @@ import (
 // MinWorkers.
 
 // protocolVersion is the protocol in node metadata: workers that speak
-// another are never admitted. Version 2 added the admission handshake.
-const protocolVersion = 2
+// another are never admitted. Version 2 added the admission handshake,
+// 3 the cores in the link probes' table.
+const protocolVersion = 3
 
 // seedQuiet is how long a joiner that no seed answers waits before it
 // warns, and seedWarnEvery how often it warns again.

@@ -140,9 +140,9 @@ func (w *Worker) chooseOrder(vs *viewState, speed [][]int64) (order, changed []i
 
 // probeTable is every member's probe figures, a row per rank: its send
 // speed to every rank (bytes per second), its latency to every rank
-// (nanoseconds), then its kernel rates (kernelRates, bytes per second)
-// and the cores its host lets it use, in thousandths (hostCores); 0 where
-// unknown.
+// (nanoseconds), then its kernel rates (kernelRates, bytes per second),
+// the cores it may use and the CPUs online on its host, both in
+// thousandths (coresUsable, coresOnline); 0 where unknown.
 type probeTable struct {
 	n    int
 	rows []int64
@@ -154,9 +154,15 @@ const (
 	rateEncode        // float32 to bf16
 	rateDecode        // bf16 summed into float32
 	kernelRates
-	hostCores = kernelRates // after the rates: kernels.Device.Usable, in thousandths
-	rowTail   = kernelRates + 1
+	coresUsable = kernelRates     // after the rates: kernels.Device.Usable
+	coresOnline = kernelRates + 1 // kernels.Device.Online
+	rowTail     = kernelRates + 2
 )
+
+// kernelStagger separates the kernel timings of ranks that share a host,
+// so that each times them on a core of its own: the timings take a few
+// milliseconds.
+const kernelStagger = 20 * time.Millisecond
 
 // newProbeTable returns an empty table for n members.
 func newProbeTable(n int) probeTable {
@@ -179,19 +185,21 @@ func (t probeTable) speeds() [][]int64 {
 }
 
 // probes returns the table as ring.Probes, for members on hosts (a rank's
-// host, in rank order). The bf16 rates were measured on a core of one's
-// own; where more ranks share a host than it has cores, they are scaled
-// to each rank's share (cpuShares), since compression's kernels then
-// take their CPU from the other ranks and the transport.
+// host, in rank order). The bf16 rates were timed on a core of one's own
+// (kernelStagger); in a collective, ranks that share a host share its
+// CPUs, so the rates are scaled to each rank's share (cpuShares). The
+// float32 reduction is left alone: at tens of GB/s it is cheap beside
+// any link, while the bf16 kernels run at a few GB/s and decide whether
+// compression pays.
 func (t probeTable) probes(hosts []string) ring.Probes {
 	n := t.n
 	p := ring.Probes{Speed: make([][]float64, n), Latency: make([][]float64, n),
 		Reduce: make([]float64, n), Encode: make([]float64, n), Decode: make([]float64, n)}
-	cores := make([]int64, n)
+	usable, online := make([]int64, n), make([]int64, n)
 	for r := range n {
-		cores[r] = t.row(r)[2*n+hostCores]
+		usable[r], online[r] = t.row(r)[2*n+coresUsable], t.row(r)[2*n+coresOnline]
 	}
-	shares := cpuShares(hosts, cores)
+	shares := cpuShares(hosts, usable, online)
 	for r := range n {
 		row := t.row(r)
 		p.Speed[r], p.Latency[r] = make([]float64, n), make([]float64, n)
@@ -214,8 +222,21 @@ func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, err
 	t := newProbeTable(n)
 	own := t.row(vs.rank)
 	w.probeLinks(ctx, vs, own[:n], own[n:2*n])
+	hosts := vs.hosts()
+	before := 0 // ranks of this host before this one
+	for r := range vs.rank {
+		if hosts[r] == hosts[vs.rank] {
+			before++
+		}
+	}
+	select {
+	case <-time.After(time.Duration(before) * kernelStagger):
+	case <-ctx.Done():
+		return t, ctx.Err()
+	}
 	measureKernels(own[2*n : 2*n+kernelRates])
-	own[2*n+hostCores] = int64(kernels.Probe().Usable() * 1000)
+	d := kernels.Probe()
+	own[2*n+coresUsable], own[2*n+coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
 	if err := ring.AllGather(ctx, vs.ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
@@ -524,10 +545,12 @@ func (vs *viewState) setProbed(p probed) error {
 	return nil
 }
 
-// cpuShares returns each rank's share of a core: 1, or less where more
-// ranks share its host (hosts, by rank) than the host's cores (each
-// rank's report, in thousandths; 0 if unknown: then 1) can give one each.
-func cpuShares(hosts []string, milliCores []int64) []float64 {
+// cpuShares returns each rank's share of a core: 1, or less where the
+// rank may use less than a core (usable, its cgroup quota or affinity),
+// or where more ranks share its host (hosts, by rank) than the host has
+// CPUs online to give one each. usable and online are each rank's
+// reports, in thousandths; 0 is unknown and limits nothing.
+func cpuShares(hosts []string, usable, online []int64) []float64 {
 	count := map[string]int{}
 	for _, h := range hosts {
 		count[h]++
@@ -535,8 +558,11 @@ func cpuShares(hosts []string, milliCores []int64) []float64 {
 	shares := make([]float64, len(hosts))
 	for r, h := range hosts {
 		shares[r] = 1
-		if c := float64(milliCores[r]) / 1000; c > 0 {
-			shares[r] = min(1, c/float64(count[h]))
+		if u := float64(usable[r]) / 1000; u > 0 {
+			shares[r] = min(shares[r], u)
+		}
+		if o := float64(online[r]) / 1000; o > 0 {
+			shares[r] = min(shares[r], o/float64(count[h]))
 		}
 	}
 	return shares

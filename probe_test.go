@@ -129,26 +129,29 @@ func TestProbeExchange(t *testing.T) {
 	}
 }
 
-// TestCPUShares: ranks alone on their host, or as many as its cores, get
-// a whole core; four ranks on a 2-core host get half of one each, and a
-// rank that reported no cores counts as alone.
+// TestCPUShares: ranks alone on their host, or no more than its CPUs,
+// get a whole core; four ranks on a 2-CPU host get half of one each; a
+// rank whose quota is a quarter core gets that; ranks pinned to 4 cores
+// each of a 64-CPU host get a whole one; unknown figures limit nothing.
 func TestCPUShares(t *testing.T) {
-	hosts := []string{"10.0.0.1", "10.0.0.2", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.3", "10.0.0.3"}
-	cores := []int64{8000, 1000, 2000, 2000, 2000, 2000, 2000, 0}
-	want := []float64{1, 1, 0.5, 0.5, 0.5, 0.5, 1, 1}
-	if got := cpuShares(hosts, cores); !slices.Equal(got, want) {
+	hosts := []string{"10.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.3", "10.0.0.3", "10.0.0.4", "10.0.0.4"}
+	usable := []int64{8000, 2000, 2000, 2000, 2000, 250, 0, 4000, 4000}
+	online := []int64{8000, 2000, 2000, 2000, 2000, 2000, 0, 64000, 64000}
+	want := []float64{1, 0.5, 0.5, 0.5, 0.5, 0.25, 1, 1, 1}
+	if got := cpuShares(hosts, usable, online); !slices.Equal(got, want) {
 		t.Errorf("shares %v, want %v", got, want)
 	}
 	vs := &viewState{members: []member{{Addr: "127.0.0.1:7947"}, {Addr: "[::1]:7947"}, {Addr: "r2"}}}
 	if got := vs.hosts(); !slices.Equal(got, []string{"127.0.0.1", "::1", "r2"}) {
 		t.Errorf("hosts %q", got)
 	}
-	// Through the table: two ranks on one 1-core host see half their
+	// Through the table: two ranks on one 1-CPU host see half their
 	// bf16 rates, and the float32 reduction rate is left alone.
 	tb := newProbeTable(2)
 	for r := range 2 {
 		row := tb.row(r)
-		row[4+rateReduce], row[4+rateEncode], row[4+rateDecode], row[4+hostCores] = 8e9, 2e9, 4e9, 1000
+		row[4+rateReduce], row[4+rateEncode], row[4+rateDecode] = 8e9, 2e9, 4e9
+		row[4+coresUsable], row[4+coresOnline] = 1000, 1000
 	}
 	p := tb.probes([]string{"h", "h"})
 	if p.Reduce[0] != 8e9 || p.Encode[1] != 1e9 || p.Decode[0] != 2e9 {

@@ -56,6 +56,10 @@ type Device struct {
 	CPUQuota float64
 	// Load is the host's 1-minute load average; 0 if unknown.
 	Load float64
+	// Online is the number of CPUs online on the host (the cpuN lines of
+	// /proc/stat), however few of them this process may use; 0 if
+	// unknown. Processes that share the host share these.
+	Online int
 }
 
 // Usable is the number of cores this process can use: Cores, capped by
@@ -101,6 +105,9 @@ func ProbeRoots(roots Roots) Device {
 	if b, err := os.ReadFile(filepath.Join(roots.Proc, "meminfo")); err == nil {
 		d.MemoryBytes, d.FreeBytes = memInfo(b)
 	}
+	if b, err := os.ReadFile(filepath.Join(roots.Proc, "stat")); err == nil {
+		d.Online = onlineCPUs(b)
+	}
 	if b, err := os.ReadFile(filepath.Join(roots.Proc, "loadavg")); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			d.Load, _ = strconv.ParseFloat(f[0], 64)
@@ -110,6 +117,18 @@ func ProbeRoots(roots Roots) Device {
 		d.CPUQuota = cpuQuota(roots.Cgroup, b)
 	}
 	return d
+}
+
+// onlineCPUs counts the per-CPU lines (cpu0, cpu1, ...) of /proc/stat:
+// the CPUs online, whatever this process's affinity.
+func onlineCPUs(stat []byte) int {
+	n := 0
+	for _, line := range strings.Split(string(stat), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cpu"); ok && rest != "" && rest[0] >= '0' && rest[0] <= '9' {
+			n++
+		}
+	}
+	return n
 }
 
 // cpuQuota returns the tightest CFS quota, in cores, on the path of this

@@ -124,10 +124,12 @@ func TestCPUQuota(t *testing.T) {
 	}
 }
 
-// TestProbeLoad reads the load average from a fake /proc.
+// TestProbeLoad reads the load average and the online CPUs from a fake
+// /proc.
 func TestProbeLoad(t *testing.T) {
-	dir := fakeTree(t, map[string]string{"proc/loadavg": "3.25 2.00 1.00 2/300 1234\n"})
-	if d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: dir}); d.Load != 3.25 || d.CPUQuota != 0 {
-		t.Fatalf("Load %v, CPUQuota %v", d.Load, d.CPUQuota)
+	dir := fakeTree(t, map[string]string{"proc/loadavg": "3.25 2.00 1.00 2/300 1234\n",
+		"proc/stat": "cpu  10 0 5 100\ncpu0 5 0 2 50\ncpu1 5 0 3 50\ncpu12 0 0 0 0\nintr 12345\ncpufreq x\n"})
+	if d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: dir}); d.Load != 3.25 || d.CPUQuota != 0 || d.Online != 3 {
+		t.Fatalf("Load %v, CPUQuota %v, Online %d (want 3.25, 0, 3)", d.Load, d.CPUQuota, d.Online)
 	}
 }

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
@@ -31,8 +32,9 @@ import (
 // allgather step forwards. Encoding the decoded values again gives back
 // the same bits, so a ring collective keeps the wire values of its buffer
 // in an image, and a send that forwards what its receive left sends the
-// image as it is: half the encodes of an allreduce at N = 2, 3 of 7 at
-// N = 4. Sends that do not forward encode into the image too, so every
+// image as it is: a third of the encodes of an allreduce at N = 2, 3 of
+// 7 at N = 4. The image is the buffer's length in 16-bit values, kept by
+// the Comm for its largest such collective. Sends that do not forward encode into the image too, so every
 // span's image is where its send reads it, under the plan's ordering of
 // sends and receives over that span.
 
@@ -148,6 +150,8 @@ func (o *op) recvCompressed(j int) error {
 // what their receive left in wire form (an overwriting receive's message,
 // or a Final receive's rounded result) over the same span, and the
 // receives whose wire values such a send forwards.
+// Both are nil if no send forwards (a reduce-scatter, one rank), so that
+// such plans need no image.
 func forwardedImages(p Plan) (forwards, keeps []bool) {
 	forwards, keeps = make([]bool, len(p.Sends)), make([]bool, len(p.Recvs))
 	for i, x := range p.Sends {
@@ -161,6 +165,9 @@ func forwardedImages(p Plan) (forwards, keeps []bool) {
 				keeps[x.After] = true
 			}
 		}
+	}
+	if !slices.Contains(forwards, true) {
+		return nil, nil
 	}
 	return forwards, keeps
 }

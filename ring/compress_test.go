@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -332,12 +333,24 @@ func TestWireImageChangesNoBit(t *testing.T) {
 		if want := len(p.Sends) / 2; got != want { // the allgather half
 			t.Errorf("n=%d: %d of %d sends forward the image, want %d", n, got, len(p.Sends), want)
 		}
-		cl := newCluster(t, n, func(c *Config) { c.ChunkBytes, c.SmallBytes = 64, -1 })
+		// A ring order other than rank order, and inputs with the values
+		// the codecs treat apart: NaN, ±Inf, ±0, and fp16's subnormals
+		// and overflow.
+		order := RankOrder(n)
+		slices.Reverse(order)
+		cl := newCluster(t, n, func(c *Config) { c.ChunkBytes, c.SmallBytes, c.Order = 64, -1, order })
 		rng := rand.New(rand.NewPCG(uint64(n), 29))
+		special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)),
+			3e-6, -4e-7, 65519, 70000, 1e-40}
 		for _, length := range []int{1, n + 1, 1009, 4096} {
 			for _, op := range allOps {
 				for _, wt := range wireTypes {
 					inputs := randomInputs[float32](rng, n, length)
+					for r := range inputs {
+						for i := r; i < length; i += 7 {
+							inputs[r][i] = special[(i/7+r)%len(special)]
+						}
+					}
 					var results [2][][]float32
 					for k, image := range []bool{false, true} {
 						useWireImage = image
