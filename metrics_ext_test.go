@@ -73,6 +73,13 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err := stray.Connect(ctx, c.IDs[0], string(c.IDs[0])); !errors.Is(err, transport.ErrUnauthenticated) {
 		t.Fatalf("a connection with another key: %v, want ErrUnauthenticated", err)
 	}
+	// The worker counts the refusal once its side of the handshake ends,
+	// which may be after the stray's Connect returned.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if value(t, scrape(t, c.Workers[0].MetricsAddr()), "gyre_refused_connections_total", nil) > 0 {
+			break
+		}
+	}
 	documented := documentedMetrics(t)
 	for r, w := range c.Workers {
 		fams := scrape(t, w.MetricsAddr())
