@@ -78,11 +78,14 @@ func TestClusterDeployRecipe(t *testing.T) {
 	args := func(i int) []string {
 		return []string{"--log-level", "info", "train", "--listen", j.addr(t, i) + ":7946", "--seed", strings.Join(seeds, ","),
 			"--key-file", j.key, "--min-workers", "3", "--checkpoint-dir", filepath.Join(dirs, "host-"+strconv.Itoa(i)),
-			// Beyond the recipe: a job that takes about 25 s to reach
-			// the target (a wider, slower model on half a core each),
-			// long enough to restart a worker in, and quick failure
+			// Beyond the recipe: a job that takes about 40 s to reach
+			// the target (a wider, slower model on half a core each, and
+			// a small learning rate), long enough to restart a worker in
+			// and list it again even when gyre members is slow to answer
+			// under load (at --lr 0.05 one CI run's job ended 6 s after
+			// the restart, before the listing), and quick failure
 			// detection.
-			"--iters", "10000", "--target-acc", "0.97", "--hidden", "512", "--lr", "0.05", "--eval-every", "100",
+			"--iters", "10000", "--target-acc", "0.97", "--hidden", "512", "--lr", "0.025", "--eval-every", "100",
 			"--peer-timeout", "1s", "--transport", nsTransport()}
 	}
 	for i := 3; i >= 1; i-- {
