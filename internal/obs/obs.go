@@ -88,7 +88,8 @@ type Stall struct {
 	// Rank is the reporting worker's.
 	Rank int
 	// Behind are the ranks whose heartbeats say they have not reached
-	// it, and Unknown those whose heartbeats carried no progress yet.
+	// it, and Unknown those from which no heartbeat with progress has
+	// come since it began.
 	Behind, Unknown []int
 	// Pending are the names of this worker's tensors not yet reduced.
 	Pending []string
