@@ -48,9 +48,9 @@ const (
 	redialEvery = 500 * time.Millisecond
 )
 
-// handshakeNote is how often a handshake that is stuck is logged, on both
-// sides (a variable for tests).
-var handshakeNote = 10 * time.Second
+// defaultHandshakeNote is how often a handshake that is stuck is logged,
+// on both sides. Tests shorten it per worker (Worker.handshakeNote).
+const defaultHandshakeNote = 10 * time.Second
 
 // joinRequest is what a joiner sends each member: where it is and what it
 // must share with the job.
@@ -222,6 +222,7 @@ type admissions struct {
 	self transport.PeerID
 	fit  fitting
 	log  zerolog.Logger
+	note time.Duration // how often a stuck handshake is logged
 
 	ctx  context.Context
 	stop context.CancelFunc
@@ -246,8 +247,8 @@ type joinerHandshake struct {
 // startAdmissions starts the member's side of the handshake, for a
 // worker in a view of members.
 func startAdmissions(t transport.Transport, node *membership.Node, job string, self transport.PeerID, fit fitting,
-	members []member, log zerolog.Logger) *admissions {
-	a := &admissions{t: t, node: node, job: job, self: self, fit: fit, log: log,
+	members []member, note time.Duration, log zerolog.Logger) *admissions {
+	a := &admissions{t: t, node: node, job: job, self: self, fit: fit, log: log, note: note,
 		members: map[transport.PeerID]bool{}, links: map[transport.PeerID]*joinerHandshake{},
 		ending: map[transport.PeerID]*joinerHandshake{}}
 	for _, m := range members {
@@ -385,7 +386,7 @@ func (a *admissions) poll(now time.Time) {
 			a.startLocked(id, addr, now)
 			continue
 		}
-		if l := &h.link; !l.listable() && now.Sub(l.since) >= handshakeNote && now.Sub(l.noted) >= handshakeNote {
+		if l := &h.link; !l.listable() && now.Sub(l.since) >= a.note && now.Sub(l.noted) >= a.note {
 			l.noted = now
 			a.log.Warn().Str("joiner", string(id)).Str("addr", addr).Dur("pending_for", now.Sub(l.since).Round(time.Second)).
 				Msg("a pending joiner is not admitted: " + l.missing())

@@ -65,18 +65,19 @@ func trainWhile(ctx context.Context, ws []*gyre.Worker, models []*toy, min int64
 // reach, the joiner names the members that have not answered, and the
 // job trains on undisturbed.
 func TestUnreachableJoinerStaysPending(t *testing.T) {
+	t.Parallel()
 	for _, tr := range []string{gyretest.QUIC, gyretest.TCP} {
 		t.Run(tr, func(t *testing.T) { testUnreachableJoiner(t, tr) })
 	}
 }
 
 func testUnreachableJoiner(t *testing.T, tr string) {
-	t.Cleanup(gyre.SetHandshakeNote(time.Second))
 	const members = 3
 	logs := make([]*transporttest.LogBuffer, members+1)
 	models := make([]*toy, members+1)
 	c := gyretest.MakeCluster(t, gyretest.Options{N: members, Transport: tr, Gossip: true, JoinTimeout: 8 * time.Second,
 		Unreachable: func(i int) bool { return i == members },
+		Options:     func(int) []gyre.Option { return []gyre.Option{gyre.WithHandshakeNote(time.Second)} },
 		Config: func(i int, c *gyre.Config) {
 			logs[i] = &transporttest.LogBuffer{}
 			c.Logger = logsTo(t, logs[i])
@@ -129,6 +130,7 @@ func testUnreachableJoiner(t *testing.T, tr string) {
 // settings differ from the job's is refused before admission, with the
 // difference named on both sides; the job trains on and ends identical.
 func TestMisfitJoinerIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		misfit     func(c *gyre.Config, m *toy) *gyre.State

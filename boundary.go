@@ -201,7 +201,7 @@ func (w *Worker) plan(vs *viewState, recs []record, known map[uint64]member, che
 	if w.cfg.Balance == BalanceLBBSP {
 		p.shares, p.bst = w.rebalance(vs, recs)
 	}
-	p.reprobe = p.next%reprobeEvery == 0
+	p.reprobe = p.next%w.reprobeEvery == 0
 	return p, nil
 }
 

@@ -121,7 +121,7 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		w.meta.publish(w.nodeMeta(1, 0))
 		w.log.Info().Str("seed", w.node.Addr()).Msg("started a new job: others join it with --seed")
 	}
-	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members,
+	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members, w.handshakeNote,
 		w.log.With().Str("component", "admission").Logger())
 	for prestart {
 		if prestart, err = w.admit(ctx); err != nil {
@@ -685,7 +685,7 @@ func (w *Worker) awaitWelcome(ctx context.Context, startIfGone bool) (welcome, e
 				return welcome{}, errJobGone
 			}
 		}
-		if time.Since(noted) >= handshakeNote {
+		if time.Since(noted) >= w.handshakeNote {
 			noted = time.Now()
 			hs.note(time.Since(since), w.protocolMismatch())
 			if e := w.log.Debug(); e.Enabled() {

@@ -105,6 +105,7 @@ func closeRel(a, b []float64, tol float64) bool {
 // every worker that stays ends where one process training on the same
 // global batches ends.
 func TestGossipJoinAndLeave(t *testing.T) {
+	t.Parallel()
 	for _, tr := range []string{gyretest.Mem, gyretest.QUIC} {
 		t.Run(tr, func(t *testing.T) { testGossipJoinAndLeave(t, tr) })
 	}
@@ -185,6 +186,7 @@ func testGossipJoinAndLeave(t *testing.T, tr string) {
 // be taken at once; a dead one's needs DeadNodeReclaimTime, which
 // membership sets, for the recovery issue's restarts.)
 func TestComebackAtNewAddress(t *testing.T) {
+	t.Parallel()
 	const global, iters, leaver = 24, 300, 1
 	models := make([]*toy, 4)
 	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true,

@@ -32,21 +32,13 @@ func FailIteration(w *Worker, err error) {
 	}
 }
 
-// SetReprobeEvery sets how often views probe their links again, in
-// iterations, and returns a function that restores it.
-func SetReprobeEvery(n int64) (restore func()) {
-	old := reprobeEvery
-	reprobeEvery = n
-	return func() { reprobeEvery = old }
-}
+// WithReprobeEvery sets how often the worker's views probe their links
+// again, in iterations.
+func WithReprobeEvery(n int64) Option { return func(o *options) { o.reprobeEvery = n } }
 
-// SetHandshakeNote sets how often stuck admission handshakes are logged,
-// and returns a function that restores it.
-func SetHandshakeNote(d time.Duration) (restore func()) {
-	old := handshakeNote
-	handshakeNote = d
-	return func() { handshakeNote = old }
-}
+// WithHandshakeNote sets how often the worker logs a stuck admission
+// handshake.
+func WithHandshakeNote(d time.Duration) Option { return func(o *options) { o.handshakeNote = d } }
 
 // WaitCheckpoint waits until w writes no checkpoint, for tests that need
 // each checkpoint on disk before the next iteration.

@@ -54,12 +54,12 @@ const (
 	reduceProbeBytes = ring.DefaultChunkBytes
 )
 
-// reprobeEvery is how often, in iterations, a view that keeps its
+// defaultReprobeEvery is how often, in iterations, a view that keeps its
 // members probes its links again, so that the ring follows links whose
 // speed changed (traffic of other jobs, a rerouted uplink): rarely, as a
-// probe round pauses training for a few hundred milliseconds. A variable
-// so that tests can shorten it.
-var reprobeEvery int64 = 1000
+// probe round pauses training for a few hundred milliseconds. Tests
+// shorten it per worker (Worker.reprobeEvery).
+const defaultReprobeEvery = 1000
 
 // Flags of probe messages: a probe's payload has none.
 const (

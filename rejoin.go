@@ -138,7 +138,7 @@ func (w *Worker) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	if err := w.enterView(jctx, wel, start); err != nil {
 		return fail(err)
 	}
-	w.adm = startAdmissions(w.t, w.node, w.cfg.Job, transport.PeerID(w.cfg.Name), w.fitting(), w.cur.members,
+	w.adm = startAdmissions(w.t, w.node, w.cfg.Job, transport.PeerID(w.cfg.Name), w.fitting(), w.cur.members, w.handshakeNote,
 		w.log.With().Str("component", "admission").Logger())
 	vs := w.cur
 	rc.rank = recovery.NewRank(recovery.ID(w.cfg.Name), vs.recoveryView(), recovery.Commit{Epoch: vs.view.Epoch, Iter: uint64(w.iter)},

@@ -79,6 +79,7 @@ func trainStep(ctx context.Context, w *gyre.Worker, m *toy) error {
 // RingOrder fixed it stays in address order, crossing four times. Either
 // way training runs and the workers end with identical state.
 func TestRingOrderFollowsRacks(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{gyre.RingOrderAuto, gyre.RingOrderFixed} {
 		t.Run(mode, func(t *testing.T) {
 			models := make([]*toy, 4)
@@ -132,10 +133,11 @@ func TestRingOrderFollowsRacks(t *testing.T) {
 // new racks twice, between the same two iterations, and the training goes
 // on to identical state.
 func TestRingOrderFollowsLinkChanges(t *testing.T) {
-	defer gyre.SetReprobeEvery(4)()
+	t.Parallel()
 	models := make([]*toy, 4)
 	c := gyretest.MakeCluster(t, gyretest.Options{N: 4, Links: blockRacks,
-		Config: func(r int, c *gyre.Config) { c.GlobalBatch = 40 },
+		Config:  func(r int, c *gyre.Config) { c.GlobalBatch = 40 },
+		Options: func(int) []gyre.Option { return []gyre.Option{gyre.WithReprobeEvery(4)} },
 		State: func(r int) *gyre.State {
 			models[r] = newToy()
 			return models[r].state()
@@ -181,7 +183,7 @@ func TestRingOrderFollowsLinkChanges(t *testing.T) {
 // them: the iteration, shares and ring order of iteration 3, with nothing
 // of the boundary's decisions applied.
 func TestFailedBoundaryKeepsItsIteration(t *testing.T) {
-	defer gyre.SetReprobeEvery(4)()
+	t.Parallel()
 	models := make([]*toy, 4)
 	var c *gyretest.Cluster
 	c = gyretest.MakeCluster(t, gyretest.Options{N: 4,
@@ -196,7 +198,7 @@ func TestFailedBoundaryKeepsItsIteration(t *testing.T) {
 			return models[r].state()
 		},
 		Options: func(r int) []gyre.Option {
-			return []gyre.Option{gyre.WithFailAction(func() {
+			return []gyre.Option{gyre.WithReprobeEvery(4), gyre.WithFailAction(func() {
 				c.Kill(t, r)
 				runtime.Goexit()
 			})}

@@ -133,11 +133,15 @@ type Option func(*options)
 type options struct {
 	failAction   func()        // a test's way to die at a failpoint
 	timelineSkew time.Duration // a test's clock skew, added to the timeline's timestamps
-	state        *State
-	t            transport.Transport
-	hooks        Hooks
-	device       func() (kernels.Device, bool)
-	gossipCut    func(addr string) bool
+	// A test's shorter periods, per worker so that such tests can run in
+	// parallel: zero means defaultReprobeEvery and defaultHandshakeNote.
+	reprobeEvery  int64
+	handshakeNote time.Duration
+	state         *State
+	t             transport.Transport
+	hooks         Hooks
+	device        func() (kernels.Device, bool)
+	gossipCut     func(addr string) bool
 }
 
 // WithState registers the trainer's state: Join makes every worker's
@@ -268,6 +272,10 @@ type Worker struct {
 	timelineSkew time.Duration
 	gossipCut    func(addr string) bool // WithGossipBlock
 	died         atomic.Bool
+	// reprobeEvery and handshakeNote are defaultReprobeEvery and
+	// defaultHandshakeNote, or a test's shorter periods.
+	reprobeEvery  int64
+	handshakeNote time.Duration
 
 	// est fits this worker's compute model from its own iterations; bst
 	// is the share decision's state, the same on every member.
@@ -326,6 +334,12 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	if o.device == nil {
 		o.device = localGPU(cfg.LocalRank)
 	}
+	if o.reprobeEvery <= 0 {
+		o.reprobeEvery = defaultReprobeEvery
+	}
+	if o.handshakeNote <= 0 {
+		o.handshakeNote = defaultHandshakeNote
+	}
 	// Every line carries the worker's current rank (the transports add
 	// its id themselves); the ring's Comm adds the rank of its own view.
 	rank := new(atomic.Int64)
@@ -333,7 +347,8 @@ func Join(ctx context.Context, cfg Config, opts ...Option) (*Worker, error) {
 	base := cfg.logger()
 	hooked := base.Hook(rankHook{rank})
 	cfg.Logger = &hooked
-	w := &Worker{failAction: o.failAction, timelineSkew: o.timelineSkew, gossipCut: o.gossipCut, device: o.device, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+	w := &Worker{failAction: o.failAction, timelineSkew: o.timelineSkew, gossipCut: o.gossipCut, device: o.device,
+		reprobeEvery: o.reprobeEvery, handshakeNote: o.handshakeNote, cfg: cfg, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), t: o.t, state: o.state, sampler: sampler, hooks: o.hooks,
 		departed: map[transport.PeerID]string{}, dialled: map[transport.PeerID]string{}, redoneMismatch: -1}
 	w.failAt, _ = parseFailpoint(cfg.Failpoint) // validate checked it

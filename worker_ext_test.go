@@ -792,6 +792,7 @@ func TestAbandonAndRedo(t *testing.T) {
 // carries the name it claims; and it never listens, so the good worker's
 // dials to it find nobody and only the refusal can tell it what is wrong.
 func TestJoinNamesARefusedPeer(t *testing.T) {
+	t.Parallel()
 	peers, err := launch.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
