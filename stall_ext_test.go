@@ -116,7 +116,10 @@ func TestStallReport(t *testing.T) {
 		w.Close() // the logs are complete
 	}
 	for r := range n {
-		reports := stallReports(t, logs[r].Bytes())
+		// A Join slower than the threshold is a real stall, but not one
+		// this test makes: under CI's load (the race detector, four
+		// packages at a time) Join's allgather has waited over 600 ms.
+		reports := slices.DeleteFunc(stallReports(t, logs[r].Bytes()), func(rep stallLine) bool { return rep.Step == "join" })
 		if r == late {
 			if len(reports) != 0 {
 				t.Errorf("rank %d, the late one, reported stalls: %+v", r, reports)
