@@ -268,6 +268,8 @@ type Comm struct {
 	// ring; autoSmall says the size follows the model (SmallBytes 0).
 	tune      atomic.Pointer[tuning]
 	autoSmall bool
+	// pollCtx is ctx with SetPoll's transport.WithPoll, nil for none.
+	pollCtx context.Context
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
@@ -521,6 +523,24 @@ func (c *Comm) SetCostModel(m CostModel) error {
 		t.small = m.Threshold(len(c.members))
 	}
 	c.tune.Store(t)
+	return nil
+}
+
+// SetPoll lets the receives of collectives small enough to run on the
+// caller's goroutine poll the transport for up to d before they sleep
+// (transport.WithPoll), from the next collective on; 0 turns it off.
+// Polling saves the wake-up of an idle core, which on a virtual machine
+// is most of a small allreduce's time, and costs the core: set it only
+// where each rank has a core of its own.
+func (c *Comm) SetPoll(d time.Duration) error {
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.pollCtx = nil
+	if d > 0 {
+		c.pollCtx = transport.WithPoll(c.ctx, d)
+	}
 	return nil
 }
 

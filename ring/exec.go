@@ -214,7 +214,8 @@ type op struct {
 	plan    *Plan
 	data    []byte
 	scratch []byte
-	es      int // element size in bytes
+	es      int  // element size in bytes
+	inline  bool // runs on the caller's goroutine (Comm.inline)
 	hdr     wire.Header
 	kdt     kernels.DType
 	kop     kernels.Op
@@ -471,8 +472,14 @@ func (o *op) recvOne(j int) error {
 func (o *op) recv(x *Xfer, buf []byte) error {
 	c := o.c
 	peer := c.members[x.Peer]
+	// An inline collective's receives may poll (SetPoll): no walker of
+	// this Comm needs the core meanwhile.
+	var ctx context.Context = c.ctx
+	if o.inline && c.pollCtx != nil {
+		ctx = c.pollCtx
+	}
 	for {
-		h, n, err := c.t.Recv(c.ctx, peer, c.cfg.Channel, buf)
+		h, n, err := c.t.Recv(ctx, peer, c.cfg.Channel, buf)
 		if err != nil && !errors.Is(err, wire.ErrShortBuffer) {
 			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
 				return ce
@@ -794,6 +801,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	c.ctx.begin(ctx, start.Add(o.timeout))
 	c.timer.Reset(o.timeout)
 	inline := c.inline(e, wes)
+	o.inline = inline
 
 	sends := len(e.plan.Sends) > 0 && !inline
 	if sends {

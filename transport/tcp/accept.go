@@ -82,6 +82,7 @@ func (t *Transport) serve(c net.Conn) {
 	// A client's first bytes come at once; one that sends none soon
 	// holds its pending slot only briefly.
 	c.SetDeadline(time.Now().Add(min(firstByteTimeout, t.cfg.HandshakeTimeout)))
+	raw := c
 	hc := &handshakeConn{Conn: c, slots: t.handshaking, deadline: deadline, closed: t.ctx.Done()}
 	defer hc.finish()
 	c = hc
@@ -97,11 +98,16 @@ func (t *Transport) serve(c net.Conn) {
 		if err = readPreamble(c); err != nil {
 			t.flood.Refused(remote, "refused: not a Gyre client", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) })
 		}
-		in, ack = newPlainIn(c), c
+		in, ack = newPlainIn(c, newPollConn(c, raw)), c
 	} else {
 		var tc *tls.Conn
-		tc, verified, err = t.serveTLS(c, remote)
-		in, ack = tlsIn{tc: tc, raw: c}, tc
+		var pc net.Conn = c
+		poll := newPollConn(c, raw)
+		if poll != nil {
+			pc = poll
+		}
+		tc, verified, err = t.serveTLS(pc, remote)
+		in, ack = tlsIn{tc: tc, raw: c, poll: poll}, tc
 	}
 	if err == nil {
 		_, err = ack.Write([]byte{ackByte})

@@ -54,10 +54,14 @@ func (s tlsOut) Write(p []byte) (int, error) { return s.tc.Write(p) }
 func (s tlsOut) Close() error                { return s.raw.Close() }
 
 // tlsIn is an inbound TLS stream; Close closes the socket, as for tlsOut.
+// crypto/tls reads the socket through poll.
 type tlsIn struct {
-	tc  *tls.Conn
-	raw net.Conn
+	tc   *tls.Conn
+	raw  net.Conn
+	poll *pollConn
 }
+
+func (s tlsIn) SetPoll(d time.Duration) { s.poll.setPoll(d) }
 
 func (s tlsIn) Read(p []byte) (int, error)           { return s.tc.Read(p) }
 func (s tlsIn) SetReadDeadline(d time.Time) error    { return s.raw.SetReadDeadline(d) }
@@ -72,13 +76,23 @@ func (s tlsIn) ConnectionState() tls.ConnectionState { return s.tc.ConnectionSta
 // streams need no buffer: crypto/tls decrypts whole records into its own.
 const plainInBuf = 8 << 10
 
-// plainIn is an inbound plain-TCP stream.
+// plainIn is an inbound plain-TCP stream, read through poll if the
+// socket can poll (else through c).
 type plainIn struct {
-	c net.Conn
-	r *bufio.Reader
+	c    net.Conn
+	r    *bufio.Reader
+	poll *pollConn
 }
 
-func newPlainIn(c net.Conn) plainIn { return plainIn{c: c, r: bufio.NewReaderSize(c, plainInBuf)} }
+func newPlainIn(c net.Conn, poll *pollConn) plainIn {
+	var r io.Reader = c
+	if poll != nil {
+		r = poll
+	}
+	return plainIn{c: c, r: bufio.NewReaderSize(r, plainInBuf), poll: poll}
+}
+
+func (s plainIn) SetPoll(d time.Duration) { s.poll.setPoll(d) }
 
 func (s plainIn) Read(p []byte) (int, error)        { return s.r.Read(p) }
 func (s plainIn) SetReadDeadline(d time.Time) error { return s.c.SetReadDeadline(d) }

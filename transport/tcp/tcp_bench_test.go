@@ -55,7 +55,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 // barePair returns the two ends of one connection: TLS with the same
 // certificates and settings as the transport, or plain TCP.
-func barePair(b *testing.B, insecure bool) (client, server net.Conn) {
+func barePair(b testing.TB, insecure bool) (client, server net.Conn) {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

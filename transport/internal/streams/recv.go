@@ -441,7 +441,16 @@ var errStripeMissing = errors.New("a stripe of the message never arrived before 
 func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf []byte) (h wire.Header, n int, consumed int64, err error) {
 	start := s0.n
 	defer func() { consumed = s0.n - start }()
+	// Only the wait for the header polls: the rest of the message follows.
+	poller, _ := s0.s.(Poller)
+	poll := transport.PollFrom(ctx)
+	if poller != nil && poll > 0 {
+		poller.SetPoll(poll)
+	}
 	f, err := s0.r.ReadFrameHeader()
+	if poller != nil && poll > 0 {
+		poller.SetPoll(0)
+	}
 	if err != nil {
 		return h, 0, 0, err
 	}

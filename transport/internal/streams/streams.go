@@ -48,6 +48,13 @@ type InStream interface {
 	SetReadDeadline(time.Time) error
 }
 
+// Poller is an InStream that can poll its socket before sleeping, for
+// transport.WithPoll: SetPoll(d) makes its reads that find nothing poll
+// for up to d, until SetPoll(0).
+type Poller interface {
+	SetPoll(d time.Duration)
+}
+
 // Link is one authenticated connection to a peer that can open outbound
 // streams.
 type Link interface {

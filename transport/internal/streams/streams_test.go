@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,8 @@ type testNet struct {
 	nodes map[string]*Transport
 	ln    net.Listener
 	pairs sync.Mutex
+	// accepted, if set, wraps each accepted end before Accept.
+	accepted func(net.Conn) InStream
 }
 
 func newTestNet(tb testing.TB) *testNet {
@@ -86,7 +89,11 @@ func (l *testLink) OpenStream(ctx context.Context) (Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.dst.Accept(l.from, b)
+	if l.net.accepted != nil {
+		l.dst.Accept(l.from, l.net.accepted(b))
+	} else {
+		l.dst.Accept(l.from, b)
+	}
 	return a, nil
 }
 
@@ -439,5 +446,70 @@ func TestOnDrop(t *testing.T) {
 	case d := <-drops:
 		t.Fatalf("OnDrop(%q, %v) after Close", d.peer, d.reason)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// pollRecorder is an accepted stream that records its SetPoll calls.
+type pollRecorder struct {
+	net.Conn
+	mu    sync.Mutex
+	polls []time.Duration
+}
+
+func (p *pollRecorder) SetPoll(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.polls = append(p.polls, d)
+}
+
+func (p *pollRecorder) take() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.polls
+	p.polls = nil
+	return out
+}
+
+// TestRecvPollsForTheHeader: a Recv under transport.WithPoll sets its
+// stream's poll while it waits for the message's header and clears it
+// before the payload; a Recv without one leaves the stream alone.
+func TestRecvPollsForTheHeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tn := newTestNet(t)
+	var rec *pollRecorder
+	accepted := make(chan struct{}, 1)
+	tn.accepted = func(c net.Conn) InStream {
+		rec = &pollRecorder{Conn: c}
+		accepted <- struct{}{}
+		return rec
+	}
+	a, b := tn.add(t, "a", nil), tn.add(t, "b", nil)
+	if err := b.Connect(ctx, "a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("payload")
+	for i, poll := range []time.Duration{7 * time.Microsecond, 0} {
+		if err := b.Send(ctx, "a", transport.ChanData, wire.Header{Kind: wire.KindData, Seq: uint64(i)}, msg); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-accepted
+		}
+		rctx := ctx
+		if poll > 0 {
+			rctx = transport.WithPoll(ctx, poll)
+		}
+		buf := make([]byte, len(msg))
+		if _, _, err := a.Recv(rctx, "b", transport.ChanData, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("Recv %d: %q, %v", i, buf, err)
+		}
+		want := []time.Duration{poll, 0}
+		if poll == 0 {
+			want = nil
+		}
+		if got := rec.take(); !slices.Equal(got, want) {
+			t.Errorf("Recv with poll %v set the stream's poll to %v, want %v", poll, got, want)
+		}
 	}
 }
