@@ -25,12 +25,39 @@ func goid() uint64 {
 	return id
 }
 
-// spy records the goroutine of every Send. It hides the transport's
-// SendBufferer; buffered adds one.
+// spy records the goroutine of every Send, and the poll of every Recv
+// (transport.WithPoll). It hides the transport's SendBufferer; buffered
+// adds one.
 type spy struct {
 	transport.Transport
 	mu    sync.Mutex
 	sends map[uint64]int
+	polls map[time.Duration]int
+}
+
+func (s *spy) Recv(ctx context.Context, id transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	s.mu.Lock()
+	if s.polls != nil {
+		s.polls[transport.PollFrom(ctx)]++
+	}
+	s.mu.Unlock()
+	return s.Transport.Recv(ctx, id, ch, buf)
+}
+
+// polled returns how many Recvs since the last call polled for d, and
+// how many for any other duration (0 included).
+func (s *spy) polled(d time.Duration) (with, without int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, k := range s.polls {
+		if p == d {
+			with += k
+		} else {
+			without += k
+		}
+	}
+	s.polls = map[time.Duration]int{}
+	return with, without
 }
 
 func (s *spy) Send(ctx context.Context, id transport.PeerID, ch transport.Channel, h wire.Header, p []byte) error {
@@ -314,4 +341,58 @@ func TestInlineStallThenMismatch(t *testing.T) {
 	}
 	testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
 	testAllReduce[float32](t, comms, rng, wire.OpSum, 256)
+}
+
+// TestInlineCollectivesPoll: after SetPoll, the receives of inline
+// collectives pass the poll to the transport, and those of collectives
+// too large to run inline do not; SetPoll(0) turns it off.
+func TestInlineCollectivesPoll(t *testing.T) {
+	const n, poll = 3, 30 * time.Microsecond
+	cl := newCluster(t, n, nil)
+	spies := make([]*spy, n)
+	comms := make([]*Comm, n)
+	for r := range n {
+		spies[r] = &spy{Transport: cl.trs[r], sends: map[uint64]int{}, polls: map[time.Duration]int{}}
+		c, err := NewComm(buffered{spies[r], 16 << 10}, testConfig(t, cl.ids, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	allreduce := func(floats int) {
+		t.Helper()
+		mustAll(t, each(comms, func(r int, c *Comm) error {
+			return AllReduce(context.Background(), c, wire.OpSum, make([]float32, floats))
+		}))
+	}
+	allreduce(1024) // the first collective of a Comm never runs inline
+	mustAll(t, each(comms, func(r int, c *Comm) error { return c.SetPoll(poll) }))
+	for _, tc := range []struct {
+		name   string
+		floats int
+		polls  bool
+	}{
+		{"4KiB", 1024, true},
+		{"64KiB", 16 << 10, false}, // over inlineMax
+		{"4KiB-again", 1024, true},
+	} {
+		for r := range n {
+			spies[r].polled(poll) // forget earlier receives
+		}
+		allreduce(tc.floats)
+		for r := range n {
+			with, without := spies[r].polled(poll)
+			if tc.polls && (with == 0 || without != 0) || !tc.polls && with != 0 {
+				t.Errorf("%s, rank %d: %d receives polled for %v and %d did not; want polling %v", tc.name, r, with, poll, without, tc.polls)
+			}
+		}
+	}
+	mustAll(t, each(comms, func(r int, c *Comm) error { return c.SetPoll(0) }))
+	allreduce(1024)
+	for r := range n {
+		if with, _ := spies[r].polled(poll); with != 0 {
+			t.Errorf("after SetPoll(0), rank %d: %d receives polled", r, with)
+		}
+	}
 }
