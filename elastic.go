@@ -34,8 +34,8 @@ import (
 
 // protocolVersion is the protocol in node metadata: workers that speak
 // another are never admitted. Version 2 added the admission handshake,
-// 3 the cores in the link probes' table.
-const protocolVersion = 3
+// 3 the cores in the link probes' table, 4 the machines' boot ids in it.
+const protocolVersion = 4
 
 // seedQuiet is how long a joiner that no seed answers waits before it
 // warns, and seedWarnEvery how often it warns again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"net"
 	"slices"
@@ -158,7 +159,8 @@ func (w *Worker) chooseOrder(vs *viewState, speed [][]int64) (order, changed []i
 // speed to every rank (bytes per second), its latency to every rank
 // (nanoseconds), then its kernel rates (kernelRates, bytes per second),
 // the cores it may use and the CPUs online on its host, both in
-// thousandths (coresUsable, coresOnline); 0 where unknown.
+// thousandths (coresUsable, coresOnline), and a hash of its machine's
+// boot id (machineID); 0 where unknown.
 type probeTable struct {
 	n    int
 	rows []int64
@@ -172,8 +174,20 @@ const (
 	kernelRates
 	coresUsable = kernelRates     // after the rates: kernels.Device.Usable
 	coresOnline = kernelRates + 1 // kernels.Device.Online
-	rowTail     = kernelRates + 2
+	machineID   = kernelRates + 2 // machineHash(kernels.Device.Boot)
+	rowTail     = kernelRates + 3
 )
+
+// machineHash is a boot id as a probe table's figure: FNV-1a, 0 for an
+// unknown one.
+func machineHash(boot string) int64 {
+	if boot == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(boot))
+	return int64(h.Sum64() | 1)
+}
 
 // kernelStagger separates the kernel timings of ranks that share a host,
 // so that each times them on a core of its own: the timings take a few
@@ -228,13 +242,20 @@ func (t probeTable) probes(hosts []string) ring.Probes {
 }
 
 // cpuShares returns each rank's share of a core (cpuShares), for members
-// on hosts.
+// on hosts. Ranks that reported a boot id are grouped by it, so that
+// network namespaces or containers on one machine count as the one
+// machine they are; the others by their address's host.
 func (t probeTable) cpuShares(hosts []string) []float64 {
 	usable, online := make([]int64, t.n), make([]int64, t.n)
+	machines := slices.Clone(hosts)
 	for r := range t.n {
-		usable[r], online[r] = t.row(r)[2*t.n+coresUsable], t.row(r)[2*t.n+coresOnline]
+		row := t.row(r)[2*t.n:]
+		usable[r], online[r] = row[coresUsable], row[coresOnline]
+		if id := row[machineID]; id != 0 {
+			machines[r] = fmt.Sprintf("boot %x", uint64(id))
+		}
 	}
-	return cpuShares(hosts, usable, online)
+	return cpuShares(machines, usable, online)
 }
 
 // probeTable measures this worker's links and kernels and allgathers
@@ -259,6 +280,7 @@ func (w *Worker) probeTable(ctx context.Context, vs *viewState) (probeTable, err
 	measureKernels(own[2*n : 2*n+kernelRates])
 	d := kernels.Probe()
 	own[2*n+coresUsable], own[2*n+coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
+	own[2*n+machineID] = machineHash(d.Boot)
 	if err := ring.AllGather(ctx, vs.ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}

@@ -157,4 +157,26 @@ func TestCPUShares(t *testing.T) {
 	if p.Reduce[0] != 8e9 || p.Encode[1] != 1e9 || p.Decode[0] != 2e9 {
 		t.Errorf("probes: reduce %v, encode %v, decode %v", p.Reduce, p.Encode, p.Decode)
 	}
+
+	// Boot ids group ranks by machine, over their addresses: four
+	// network namespaces of one 2-CPU machine share its cores, and two
+	// machines behind one address do not.
+	tb = newProbeTable(4)
+	for r := range 4 {
+		row := tb.row(r)[8:]
+		row[coresUsable], row[coresOnline] = 2000, 2000
+		row[machineID] = machineHash("boot-a")
+	}
+	if got := tb.cpuShares([]string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}); !slices.Equal(got, []float64{0.5, 0.5, 0.5, 0.5}) {
+		t.Errorf("four namespaces of one machine: shares %v, want half a core each", got)
+	}
+	tb.row(1)[8+machineID] = machineHash("boot-b")
+	tb.row(2)[8+machineID] = machineHash("boot-c")
+	tb.row(3)[8+machineID] = 0 // unknown: grouped by its address
+	if got := tb.cpuShares([]string{"nat", "nat", "10.0.0.3", "10.0.0.3"}); !slices.Equal(got, []float64{1, 1, 1, 1}) {
+		t.Errorf("four machines, two behind one address: shares %v, want a core each", got)
+	}
+	if machineHash("") != 0 || machineHash("x") == 0 {
+		t.Errorf("machineHash: %d for none, %d for one", machineHash(""), machineHash("x"))
+	}
 }

@@ -60,6 +60,11 @@ type Device struct {
 	// /proc/stat), however few of them this process may use; 0 if
 	// unknown. Processes that share the host share these.
 	Online int
+	// Boot is the running kernel's boot id (/proc/sys/kernel/random/boot_id),
+	// "" if unknown. Processes with the same one share a machine's CPUs,
+	// whatever their network addresses: containers and network namespaces
+	// do not change it.
+	Boot string
 }
 
 // Usable is the number of cores this process can use: Cores, capped by
@@ -107,6 +112,9 @@ func ProbeRoots(roots Roots) Device {
 	}
 	if b, err := os.ReadFile(filepath.Join(roots.Proc, "stat")); err == nil {
 		d.Online = onlineCPUs(b)
+	}
+	if b, err := os.ReadFile(filepath.Join(roots.Proc, "sys", "kernel", "random", "boot_id")); err == nil {
+		d.Boot = strings.TrimSpace(string(b))
 	}
 	if b, err := os.ReadFile(filepath.Join(roots.Proc, "loadavg")); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {

@@ -124,12 +124,14 @@ func TestCPUQuota(t *testing.T) {
 	}
 }
 
-// TestProbeLoad reads the load average and the online CPUs from a fake
-// /proc.
+// TestProbeLoad reads the load average, the online CPUs and the boot id
+// from a fake /proc.
 func TestProbeLoad(t *testing.T) {
 	dir := fakeTree(t, map[string]string{"proc/loadavg": "3.25 2.00 1.00 2/300 1234\n",
-		"proc/stat": "cpu  10 0 5 100\ncpu0 5 0 2 50\ncpu1 5 0 3 50\ncpu12 0 0 0 0\nintr 12345\ncpufreq x\n"})
-	if d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: dir}); d.Load != 3.25 || d.CPUQuota != 0 || d.Online != 3 {
-		t.Fatalf("Load %v, CPUQuota %v, Online %d (want 3.25, 0, 3)", d.Load, d.CPUQuota, d.Online)
+		"proc/stat":                      "cpu  10 0 5 100\ncpu0 5 0 2 50\ncpu1 5 0 3 50\ncpu12 0 0 0 0\nintr 12345\ncpufreq x\n",
+		"proc/sys/kernel/random/boot_id": "f94e82de-b5c7-4014-96b9-c390a0a78fbb\n"})
+	d := ProbeRoots(Roots{Proc: filepath.Join(dir, "proc"), Cgroup: dir})
+	if d.Load != 3.25 || d.CPUQuota != 0 || d.Online != 3 || d.Boot != "f94e82de-b5c7-4014-96b9-c390a0a78fbb" {
+		t.Fatalf("Load %v, CPUQuota %v, Online %d, Boot %q (want 3.25, 0, 3 and the file's id)", d.Load, d.CPUQuota, d.Online, d.Boot)
 	}
 }
