@@ -2,7 +2,6 @@ package gyre
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -584,8 +583,11 @@ func (vs *viewState) setProbed(p probed) error {
 		vs.order, vs.probed = p.order, true
 	}
 	if p.poll != nil {
+		if err := vs.data.SetPoll(*p.poll); err != nil {
+			return err
+		}
 		// The control channel's boundary votes are small collectives too.
-		if err := errors.Join(vs.data.SetPoll(*p.poll), vs.ctrl.SetPoll(*p.poll)); err != nil {
+		if err := vs.ctrl.SetPoll(*p.poll); err != nil {
 			return err
 		}
 	}

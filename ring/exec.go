@@ -473,9 +473,10 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 	c := o.c
 	peer := c.members[x.Peer]
 	// An inline collective's receives may poll (SetPoll): no walker of
-	// this Comm needs the core meanwhile.
+	// this Comm needs the core meanwhile. Once a stalled send handed the
+	// receives to the second walker, the caller's sends need it.
 	var ctx context.Context = c.ctx
-	if o.inline && c.pollCtx != nil {
+	if o.inline && c.pollCtx != nil && o.stall.Load() != stallHanded {
 		ctx = c.pollCtx
 	}
 	for {

@@ -3,6 +3,7 @@ package tcp
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -10,14 +11,16 @@ import (
 // pollConn is an accepted connection whose reads can poll the socket
 // before they sleep (transport.WithPoll, through streams.Poller). With no
 // poll set it reads through c, the connection as the handshake left it.
-// With one, a read that finds no bytes reads the socket again, without
-// blocking, for up to poll, then waits in the runtime's poller as any
-// read does; the read deadline (a cancelled Recv) applies from then.
-// poll is touched only by the goroutine reading the stream.
+// SetPoll(d) gives the reads until d from now: a read that finds no bytes
+// reads the socket again, without blocking, until then, and then waits in
+// the runtime's poller as any read does. A read deadline (a cancelled
+// Recv) ends the polling at once, so a cancelled Recv still returns with
+// nothing read. until is touched only by the goroutine reading the stream.
 type pollConn struct {
 	net.Conn
-	rc   syscall.RawConn
-	poll time.Duration
+	rc       syscall.RawConn
+	until    time.Time
+	deadline atomic.Int64 // the read deadline in Unix nanoseconds, 0 for none
 }
 
 // newPollConn returns c with polling reads on raw, its TCP socket, or nil
@@ -35,13 +38,12 @@ func newPollConn(c, raw net.Conn) *pollConn {
 }
 
 func (p *pollConn) Read(b []byte) (int, error) {
-	if p.poll <= 0 || len(b) == 0 {
+	if p.until.IsZero() || len(b) == 0 {
 		return p.Conn.Read(b)
 	}
 	var (
 		n     int
 		err   error
-		until time.Time
 		slept bool
 	)
 	rerr := p.rc.Read(func(fd uintptr) bool {
@@ -56,9 +58,7 @@ func (p *pollConn) Read(b []byte) (int, error) {
 				return false // woken with nothing to read: sleep again
 			}
 			now := time.Now()
-			if until.IsZero() {
-				until = now.Add(p.poll)
-			} else if now.After(until) {
+			if d := p.deadline.Load(); now.After(p.until) || d != 0 && now.UnixNano() >= d {
 				slept = true
 				return false
 			}
@@ -75,9 +75,25 @@ func (p *pollConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// setPoll sets the poll of p, which may be nil (no polling).
+// SetReadDeadline sets the socket's read deadline, and the one the
+// polling loop checks.
+func (p *pollConn) SetReadDeadline(t time.Time) error {
+	d := int64(0)
+	if !t.IsZero() {
+		d = t.UnixNano()
+	}
+	p.deadline.Store(d)
+	return p.Conn.SetReadDeadline(t)
+}
+
+// setPoll gives p's reads until d from now to poll, or ends their polling
+// (d <= 0). p may be nil: no polling.
 func (p *pollConn) setPoll(d time.Duration) {
-	if p != nil {
-		p.poll = d
+	switch {
+	case p == nil:
+	case d > 0:
+		p.until = time.Now().Add(d)
+	default:
+		p.until = time.Time{}
 	}
 }

@@ -24,9 +24,9 @@ var errNotPolled = errors.New("read without polling")
 func (unusable) Read([]byte) (int, error) { return 0, errNotPolled }
 
 // TestPollConnReadsTheSocket: with a poll set, a read that finds nothing
-// polls the socket itself, then sleeps until the bytes come; it honours
-// the read deadline after the poll, and reports EOF. Without one it reads
-// through the wrapped connection.
+// polls the socket itself, then sleeps until the bytes come; a read
+// deadline ends a poll however long it had left, and EOF is reported.
+// Without a poll it reads through the wrapped connection.
 func TestPollConnReadsTheSocket(t *testing.T) {
 	client, server := barePair(t, true)
 	p := newPollConn(unusable{server}, server)
@@ -60,11 +60,23 @@ func TestPollConnReadsTheSocket(t *testing.T) {
 		t.Fatalf("polled read: %q, want \"early\"", got)
 	}
 
-	server.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
-	if _, err := p.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("polled read past its deadline: %v, want a timeout", err)
+	// A Recv cancelled while it polls: the deadline, not the hour, ends it.
+	p.setPoll(time.Hour)
+	p.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Read(buf)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("polled read past its deadline: %v, want a timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a polled read ignored its deadline")
 	}
-	server.SetReadDeadline(time.Time{})
+	p.SetReadDeadline(time.Time{})
 	client.Close()
 	if _, err := p.Read(buf); err != io.EOF {
 		t.Fatalf("polled read of a closed connection: %v, want EOF", err)
