@@ -270,7 +270,6 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 // lost, and end where one process training on the same global batches
 // ends.
 func TestSurviveKill(t *testing.T) {
-	t.Parallel()
 	for _, tr := range []string{gyretest.Mem, gyretest.QUIC} {
 		t.Run(tr, func(t *testing.T) {
 			const victim = 2
@@ -312,7 +311,6 @@ func TestRecoveredViewStartsFromTheModels(t *testing.T) {
 // trainer's bug: every member's Boundary then fails with the
 // *IterationError that names it.
 func TestMismatchRedoneOnce(t *testing.T) {
-	t.Parallel()
 	t.Run("once", func(t *testing.T) {
 		runs := lossJob{n: 4, iters: 40, mismatchAt: map[int]int64{1: 20}, mismatches: 1}.run(t)
 		for i, run := range runs {
@@ -341,7 +339,6 @@ func TestMismatchRedoneOnce(t *testing.T) {
 // again fail at once, and the Boundary recovers as it would have: for a
 // first mismatch (everyone alive) and for a kill.
 func TestAbandonAfterAFailedCollective(t *testing.T) {
-	t.Parallel()
 	t.Run("mismatch", func(t *testing.T) {
 		runs := lossJob{n: 4, iters: 40, mismatchAt: map[int]int64{1: 20}, mismatches: 1, abandon: true}.run(t)
 		for i, run := range runs {
@@ -392,7 +389,6 @@ func TestOwnCancellationLeaves(t *testing.T) {
 // a long one misses the vote, which times out, and the recovery's round
 // leaves it out as it never reports.
 func TestLateWorkerIsExcluded(t *testing.T) {
-	t.Parallel()
 	const late = 2
 	for _, tc := range []struct {
 		name  string
@@ -412,7 +408,6 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 // out, joins gossip again, and is admitted as a new member; all four end
 // where one process ends.
 func TestCutOffWorkerRejoins(t *testing.T) {
-	t.Parallel()
 	const cut = 3
 	runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, cutAt: map[int]int64{cut: 20}, cutFor: 2 * time.Second}.run(t)
 	checkLeftOutAndBack(t, runs, cut)
@@ -438,7 +433,6 @@ func checkLeftOutAndBack(t *testing.T, runs []recoveryRun, out int) {
 // joiner are 2 of 3 voters, a majority, and go on to the end. Without the
 // promotion they would be 1 of 2, and end with ErrNoQuorum.
 func TestJoinerVotesAfterItsFirstBoundary(t *testing.T) {
-	t.Parallel()
 	runs := lossJob{n: 2, iters: 400, joiner: true, pace: 20 * time.Millisecond, killAfterJoin: map[int]int64{1: 5}}.run(t)
 	for _, i := range []int{0, 2} {
 		if !slices.Equal(runs[i].lost, []string{runs[1].id}) {
@@ -471,7 +465,6 @@ func TestRecoverWithNobodyGone(t *testing.T) {
 // as three, the resumed worker learns it was left out and rejoins as a
 // new member, and all four end where one process ends.
 func TestFrozenWorkerRejoins(t *testing.T) {
-	t.Parallel()
 	const victim = 2
 	runs := lossJob{n: 4, iters: 200, freezeAt: map[int]int64{victim: 20}, pace: 10 * time.Millisecond}.run(t)
 	for i, run := range runs {
@@ -489,7 +482,6 @@ func TestFrozenWorkerRejoins(t *testing.T) {
 // a kill from outside could hardly aim at, or are killed one after
 // another, or the seed dies; the job goes on.
 func TestSurviveFailpoints(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		job  lossJob
