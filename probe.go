@@ -134,7 +134,7 @@ func (w *Worker) probe(ctx context.Context, vs *viewState) (probed, error) {
 		p.poll = &poll
 		w.log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
 			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
-			Dur("took", time.Since(start)).Msg("cost model from link probes")
+			Int64("poll_us", poll.Microseconds()).Dur("took", time.Since(start)).Msg("cost model from link probes")
 	}
 	return p, nil
 }
