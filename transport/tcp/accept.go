@@ -101,12 +101,8 @@ func (t *Transport) serve(c net.Conn) {
 		in, ack = newPlainIn(c, newPollConn(c, raw)), c
 	} else {
 		var tc *tls.Conn
-		var pc net.Conn = c
 		poll := newPollConn(c, raw)
-		if poll != nil {
-			pc = poll
-		}
-		tc, verified, err = t.serveTLS(pc, remote)
+		tc, verified, err = t.serveTLS(poll, remote)
 		in, ack = tlsIn{tc: tc, raw: c, poll: poll}, tc
 	}
 	if err == nil {

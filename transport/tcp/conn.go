@@ -64,7 +64,7 @@ type tlsIn struct {
 func (s tlsIn) SetPoll(d time.Duration) { s.poll.setPoll(d) }
 
 func (s tlsIn) Read(p []byte) (int, error)           { return s.tc.Read(p) }
-func (s tlsIn) SetReadDeadline(d time.Time) error    { return readDeadline(s.raw, s.poll, d) }
+func (s tlsIn) SetReadDeadline(d time.Time) error    { return s.poll.SetReadDeadline(d) }
 func (s tlsIn) Close() error                         { return s.raw.Close() }
 func (s tlsIn) ConnectionState() tls.ConnectionState { return s.tc.ConnectionState() }
 
@@ -76,8 +76,7 @@ func (s tlsIn) ConnectionState() tls.ConnectionState { return s.tc.ConnectionSta
 // streams need no buffer: crypto/tls decrypts whole records into its own.
 const plainInBuf = 8 << 10
 
-// plainIn is an inbound plain-TCP stream, read through poll if the
-// socket can poll (else through c).
+// plainIn is an inbound plain-TCP stream, read through poll.
 type plainIn struct {
 	c    net.Conn
 	r    *bufio.Reader
@@ -85,27 +84,14 @@ type plainIn struct {
 }
 
 func newPlainIn(c net.Conn, poll *pollConn) plainIn {
-	var r io.Reader = c
-	if poll != nil {
-		r = poll
-	}
-	return plainIn{c: c, r: bufio.NewReaderSize(r, plainInBuf), poll: poll}
+	return plainIn{c: c, r: bufio.NewReaderSize(poll, plainInBuf), poll: poll}
 }
 
 func (s plainIn) SetPoll(d time.Duration) { s.poll.setPoll(d) }
 
 func (s plainIn) Read(p []byte) (int, error)        { return s.r.Read(p) }
-func (s plainIn) SetReadDeadline(d time.Time) error { return readDeadline(s.c, s.poll, d) }
+func (s plainIn) SetReadDeadline(d time.Time) error { return s.poll.SetReadDeadline(d) }
 func (s plainIn) Close() error                      { return s.c.Close() }
-
-// readDeadline sets an inbound stream's read deadline on c, through poll
-// if there is one, so that its polling honours it too.
-func readDeadline(c net.Conn, poll *pollConn, d time.Time) error {
-	if poll != nil {
-		return poll.SetReadDeadline(d)
-	}
-	return c.SetReadDeadline(d)
-}
 
 // readAck reads the server's acknowledgement.
 func readAck(r io.Reader) error {

@@ -16,54 +16,40 @@ import (
 // the runtime's poller as any read does. A read deadline (a cancelled
 // Recv) ends the polling at once, so a cancelled Recv still returns with
 // nothing read. until is touched only by the goroutine reading the stream.
+// Without a file descriptor (rc nil) it never polls.
 type pollConn struct {
 	net.Conn
-	rc       syscall.RawConn
+	rc       syscall.RawConn // nil: raw had no file descriptor
 	until    time.Time
 	deadline atomic.Int64 // the read deadline in Unix nanoseconds, 0 for none
+
+	// The state of the Read in progress, for poll, which rc.Read calls
+	// back: bound once (pollFn), so that a polled read does not allocate.
+	buf    []byte
+	n      int
+	err    error
+	slept  bool
+	pollFn func(fd uintptr) bool
 }
 
-// newPollConn returns c with polling reads on raw, its TCP socket, or nil
-// if raw has no file descriptor to poll.
+// newPollConn returns c with polling reads on raw, its TCP socket.
 func newPollConn(c, raw net.Conn) *pollConn {
-	sc, ok := raw.(syscall.Conn)
-	if !ok {
-		return nil
+	p := &pollConn{Conn: c}
+	if sc, ok := raw.(syscall.Conn); ok {
+		p.rc, _ = sc.SyscallConn()
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return &pollConn{Conn: c, rc: rc}
+	p.pollFn = p.poll
+	return p
 }
 
 func (p *pollConn) Read(b []byte) (int, error) {
-	if p.until.IsZero() || len(b) == 0 {
+	if p.until.IsZero() || p.rc == nil || len(b) == 0 {
 		return p.Conn.Read(b)
 	}
-	var (
-		n     int
-		err   error
-		slept bool
-	)
-	rerr := p.rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Read(int(fd), b)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err != syscall.EAGAIN:
-				return true
-			case slept:
-				return false // woken with nothing to read: sleep again
-			}
-			now := time.Now()
-			if d := p.deadline.Load(); now.After(p.until) || d != 0 && now.UnixNano() >= d {
-				slept = true
-				return false
-			}
-		}
-	})
+	p.buf, p.n, p.err, p.slept = b, 0, nil, false
+	rerr := p.rc.Read(p.pollFn)
+	n, err := p.n, p.err
+	p.buf, p.err = nil, nil
 	switch {
 	case rerr != nil:
 		return 0, rerr
@@ -73,6 +59,28 @@ func (p *pollConn) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// poll reads fd without blocking until bytes, an error or EOF come, or
+// the poll's end or the read deadline passes; then it returns false, and
+// rc.Read sleeps until fd is readable and calls it again.
+func (p *pollConn) poll(fd uintptr) bool {
+	for {
+		p.n, p.err = syscall.Read(int(fd), p.buf)
+		switch {
+		case p.err == syscall.EINTR:
+			continue
+		case p.err != syscall.EAGAIN:
+			return true
+		case p.slept:
+			return false // woken with nothing to read: sleep again
+		}
+		now := time.Now()
+		if d := p.deadline.Load(); now.After(p.until) || d != 0 && now.UnixNano() >= d {
+			p.slept = true
+			return false
+		}
+	}
 }
 
 // SetReadDeadline sets the socket's read deadline, and the one the
@@ -87,13 +95,10 @@ func (p *pollConn) SetReadDeadline(t time.Time) error {
 }
 
 // setPoll gives p's reads until d from now to poll, or ends their polling
-// (d <= 0). p may be nil: no polling.
+// (d <= 0).
 func (p *pollConn) setPoll(d time.Duration) {
-	switch {
-	case p == nil:
-	case d > 0:
+	p.until = time.Time{}
+	if d > 0 {
 		p.until = time.Now().Add(d)
-	default:
-		p.until = time.Time{}
 	}
 }

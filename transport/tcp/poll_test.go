@@ -30,8 +30,8 @@ func (unusable) Read([]byte) (int, error) { return 0, errNotPolled }
 func TestPollConnReadsTheSocket(t *testing.T) {
 	client, server := barePair(t, true)
 	p := newPollConn(unusable{server}, server)
-	if p == nil {
-		t.Fatal("no pollConn for a TCP socket")
+	if p.rc == nil {
+		t.Fatal("a TCP socket gave no file descriptor to poll")
 	}
 	buf := make([]byte, 16)
 	if _, err := p.Read(buf); !errors.Is(err, errNotPolled) {

@@ -442,13 +442,13 @@ func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf [
 	start := s0.n
 	defer func() { consumed = s0.n - start }()
 	// Only the wait for the header polls: the rest of the message follows.
-	poller, _ := s0.s.(Poller)
-	poll := transport.PollFrom(ctx)
-	if poller != nil && poll > 0 {
-		poller.SetPoll(poll)
+	var poller Poller
+	if p, ok := s0.s.(Poller); ok && transport.PollFrom(ctx) > 0 {
+		poller = p
+		poller.SetPoll(transport.PollFrom(ctx))
 	}
 	f, err := s0.r.ReadFrameHeader()
-	if poller != nil && poll > 0 {
+	if poller != nil {
 		poller.SetPoll(0)
 	}
 	if err != nil {
