@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/kernels"
@@ -110,15 +109,11 @@ func (w *Worker) joinGossip(ctx context.Context) error {
 		w.backToPending(peerIDs(wel.Members))
 	}
 	if starting {
-		vs, err := w.newViewState(1, []member{self}, 0, EqualShares(cfg.GlobalBatch, 1), 0)
+		err := w.installView(ctx, newView{epoch: 1, members: []member{self}, shares: EqualShares(cfg.GlobalBatch, 1),
+			iter: w.iter, what: "the new job's view", sync: syncAlone})
 		if err != nil {
 			return err
 		}
-		w.setView(vs)
-		if err := w.state.commit(w.iter); err != nil {
-			return err
-		}
-		w.meta.publish(w.nodeMeta(1, 0))
 		w.log.Info().Str("seed", w.node.Addr()).Msg("started a new job: others join it with --seed")
 	}
 	w.adm = startAdmissions(w.t, w.node, cfg.Job, self.ID, w.fitting(), w.cur.members, w.handshakeNote,
@@ -412,7 +407,6 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, iter int64, pre
 		cancel()
 	}
 	w.forgetDeparted()
-	rank := slices.IndexFunc(d.Members, func(m member) bool { return m.ID == self })
 	// A new view starts from the shares the members' fitted models give
 	// (a joiner, with none, an equal share) and a fresh balance state,
 	// which a joiner has too.
@@ -444,25 +438,15 @@ func (w *Worker) changeView(ctx context.Context, d viewDecision, iter int64, pre
 			return err
 		}
 	}
-	vs, err := w.newViewState(epoch, d.Members, rank, shares, old.data.Bandwidth())
+	sync := syncSettle
+	if len(d.Admitted) > 0 {
+		sync = syncState
+	}
+	err := w.installView(ctx, newView{epoch: epoch, members: d.Members, shares: shares, bandwidth: old.data.Bandwidth(),
+		joiners: joiners, iter: iter, what: fmt.Sprintf("the view of epoch %d", epoch), sync: sync, root: oldRanks[0]})
 	if err != nil {
 		return err
 	}
-	vs.joiners = joiners
-	w.setIter(iter)
-	w.bst = balance.State{}
-	w.setView(vs)
-	if err := w.connectView(cctx, vs); err != nil {
-		return fmt.Errorf("gyre: connecting the view of epoch %d (ConnectTimeout %v, --connect-timeout): %w", epoch, w.cfg.ConnectTimeout, err)
-	}
-	if len(d.Admitted) > 0 {
-		if err := w.syncView(ctx, oldRanks[0]); err != nil {
-			return err
-		}
-	} else if err := w.settleView(ctx); err != nil {
-		return err
-	}
-	w.meta.publish(w.nodeMeta(epoch, rank))
 	ev := w.log.Info().Uint64("epoch", epoch).Int("world", len(d.Members)).Int64("iter", w.iter)
 	if len(d.Admitted) > 0 {
 		ev = ev.Strs("admitted", memberIDs(d.Admitted))
@@ -766,29 +750,18 @@ func (w *Worker) enterView(ctx context.Context, wel welcome, start time.Time) er
 	case len(wel.Old) == 0 || len(wel.Shares) != len(wel.Members):
 		return fmt.Errorf("gyre: malformed welcome: %d members, %d shares, %d old members", len(wel.Members), len(wel.Shares), len(wel.Old))
 	}
-	vs, err := w.newViewState(wel.Epoch, wel.Members, rank, wel.Shares, 0)
-	if err != nil {
-		return err
-	}
 	var admitted []member
 	for r, m := range wel.Members {
 		if !slices.Contains(wel.Old, r) {
 			admitted = append(admitted, m)
 		}
 	}
-	vs.joiners = viewJoiners(wel.Iter, admitted)
-	w.setView(vs)
-	w.setIter(wel.Iter)
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
-	defer cancel()
-	if err := w.connectView(cctx, vs); err != nil {
-		return fmt.Errorf("gyre: connecting the view of epoch %d that admitted this worker (ConnectTimeout %v, --connect-timeout): %w",
-			wel.Epoch, w.cfg.ConnectTimeout, err)
-	}
-	if err := w.syncView(ctx, wel.Old[0]); err != nil {
+	err := w.installView(ctx, newView{epoch: wel.Epoch, members: wel.Members, shares: wel.Shares,
+		joiners: viewJoiners(wel.Iter, admitted), iter: wel.Iter,
+		what: fmt.Sprintf("the view of epoch %d that admitted this worker", wel.Epoch), sync: syncState, root: wel.Old[0]})
+	if err != nil {
 		return err
 	}
-	w.meta.publish(w.nodeMeta(wel.Epoch, rank))
 	w.log.Info().Uint64("epoch", wel.Epoch).Int("world", len(wel.Members)).Int64("iter", w.iter).
 		Dur("since_join", time.Since(start)).Msg("admitted")
 	return nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
@@ -222,74 +221,28 @@ func (w *Worker) noQuorum(v recovery.View, cause error) error {
 // own commit stays whole.
 func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recovery.Installed) (Change, error) {
 	rc := w.rec
-	self := transport.PeerID(w.cfg.Name)
 	rc.mu.Lock()
 	members := make([]member, len(in.View.Members))
 	for i, id := range in.View.Members {
 		members[i] = member{ID: transport.PeerID(id), Addr: rc.addrs[transport.PeerID(id)]}
 	}
 	rc.mu.Unlock()
-	rank := slices.IndexFunc(members, func(m member) bool { return m.ID == self })
-	if rank < 0 {
-		return Change{}, fmt.Errorf("gyre: the recovered view of epoch %d does not list this worker", in.View.Epoch)
-	}
-	// Equal until syncFits brings the holder's models (LB-BSP).
-	shares := EqualShares(w.cfg.GlobalBatch, len(members))
-	vs, err := w.newViewState(in.View.Epoch, members, rank, shares, old.data.Bandwidth())
-	if err != nil {
-		return Change{}, err
-	}
-	for _, j := range in.View.Joiners {
-		vs.joiners = append(vs.joiners, transport.PeerID(j))
-	}
-	w.fail(FailInstall)
-	w.setView(vs)
-	w.reopenLinks(vs)
-	// A view chosen before a further loss may hold a member already
-	// gone: recover from it at once rather than dial it for
-	// ConnectTimeout.
-	for r, id := range vs.ids {
-		if r != rank && w.silent(id) {
-			return Change{}, fmt.Errorf("gyre: the recovered view of epoch %d holds rank %d (%s), already lost: %w",
-				in.View.Epoch, r, id, transport.ErrPeerGone)
-		}
-	}
-	// Every member was heard as the view was agreed. One that falls
-	// silent since has died too: recover again without it at once
-	// rather than dial it, or wait on its state, until ConnectTimeout.
-	ctx, stopWatch := w.watchMembers(ctx, vs)
-	defer stopWatch()
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
-	defer cancel()
-	if err := w.connectView(cctx, vs); err != nil {
-		return Change{}, fmt.Errorf("gyre: connecting the recovered view of epoch %d: %w", in.View.Epoch, silentCause(ctx, err))
-	}
-	holder := vs.rankOf(transport.PeerID(in.Winner.Holder))
+	holder := slices.IndexFunc(members, func(m member) bool { return m.ID == transport.PeerID(in.Winner.Holder) })
 	if holder < 0 {
 		return Change{}, fmt.Errorf("gyre: the state's holder %s is not in the recovered view", in.Winner.Holder)
 	}
-	if err := w.confirm(ctx, w.syncState(ctx, holder), holder); err != nil {
-		return Change{}, silentCause(ctx, err)
+	var joiners []transport.PeerID
+	for _, j := range in.View.Joiners {
+		joiners = append(joiners, transport.PeerID(j))
 	}
-	// Only once every member confirmed the state: a member whose
-	// transfer failed must not leave the others waiting in a broadcast.
-	if w.cfg.Balance == BalanceLBBSP {
-		if err := w.syncFits(ctx, holder); err != nil {
-			return Change{}, silentCause(ctx, err)
-		}
-	}
-	if want := in.Winner.Commit.Digest; want != 0 {
-		if got, err := w.state.Digest(); err != nil || got != want {
-			return Change{}, fmt.Errorf("%w: the state rank %d (%s) sent does not match the digest it reported (%016x, got %016x, %v)",
-				ErrDiverged, holder, in.Winner.Holder, want, got, err)
-		}
-	}
-	if w.iter != int64(in.Winner.Commit.Iter) {
-		return Change{}, fmt.Errorf("%w: rank %d (%s) sent iteration %d, but reported %d", ErrDiverged, holder, in.Winner.Holder, w.iter, in.Winner.Commit.Iter)
-	}
-	if err := w.state.commit(w.iter); err != nil {
+	// Equal shares until syncFits brings the holder's models (LB-BSP).
+	err := w.installView(ctx, newView{epoch: in.View.Epoch, members: members, shares: EqualShares(w.cfg.GlobalBatch, len(members)),
+		bandwidth: old.data.Bandwidth(), joiners: joiners, iter: w.iter, what: fmt.Sprintf("the recovered view of epoch %d", in.View.Epoch),
+		sync: syncRecovered, root: holder, winner: in.Winner.Commit})
+	if err != nil {
 		return Change{}, err
 	}
+	vs := w.cur
 	rc.commitEpoch = in.Winner.Commit.Epoch
 	var dropped []transport.PeerID
 	for _, id := range old.ids {
@@ -301,9 +254,6 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	for _, s := range recovery.Notices(in) {
 		rc.post(s.To, s.Msg)
 	}
-	w.meta.publish(w.nodeMeta(in.View.Epoch, rank))
-	w.nextCheck, w.lastVote = w.iter, time.Now()
-	w.bst = balance.State{} // as after any view change
 	// Lost is against the view this worker ran: a view installed by the
 	// protocol but never started here (in.Lost's reference) dropped some.
 	lost := make([]string, len(dropped))
@@ -312,6 +262,34 @@ func (w *Worker) installRecovered(ctx context.Context, old *viewState, in recove
 	}
 	return Change{Iter: w.iter, View: w.View(), ViewChanged: true, Shares: w.Shares(), SharesChanged: true,
 		Redo: true, Lost: lost}, nil
+}
+
+// takeRecovered brings every member of the recovered view the winning
+// commit from root, its holder, with its balance models, and checks it
+// against what the holder reported before committing it.
+func (w *Worker) takeRecovered(ctx context.Context, root int, want recovery.Commit) error {
+	vs := w.cur
+	holder := vs.ids[root]
+	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
+		return err
+	}
+	// Only once every member confirmed the state: a member whose
+	// transfer failed must not leave the others waiting in a broadcast.
+	if w.cfg.Balance == BalanceLBBSP {
+		if err := w.syncFits(ctx, root); err != nil {
+			return err
+		}
+	}
+	if want.Digest != 0 {
+		if got, err := w.state.Digest(); err != nil || got != want.Digest {
+			return fmt.Errorf("%w: the state rank %d (%s) sent does not match the digest it reported (%016x, got %016x, %v)",
+				ErrDiverged, root, holder, want.Digest, got, err)
+		}
+	}
+	if w.iter != int64(want.Iter) {
+		return fmt.Errorf("%w: rank %d (%s) sent iteration %d, but reported %d", ErrDiverged, root, holder, w.iter, want.Iter)
+	}
+	return w.state.commit(w.iter)
 }
 
 // watchMembers returns a context that ends, with a lost-peer cause, when

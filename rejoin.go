@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gyre-ml/gyre/balance"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -145,8 +144,6 @@ func (w *Worker) rejoin(ctx context.Context, in recovery.Install, cause error) (
 		recoveryConfig(w.cfg))
 	rc.commitEpoch = vs.view.Epoch
 	rc.know(vs.members)
-	w.nextCheck, w.lastVote = w.iter, time.Now()
-	w.bst = balance.State{}
 	return Change{Iter: w.iter, View: w.View(), ViewChanged: true, Shares: w.Shares(), SharesChanged: true, Redo: true,
 		Admitted: []string{w.cfg.Name}}, nil
 }

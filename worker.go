@@ -449,19 +449,8 @@ func (w *Worker) joinStatic(ctx context.Context) error {
 	for i, p := range peers {
 		members[i] = member{ID: transport.PeerID(p), Addr: p}
 	}
-	vs, err := w.newViewState(1, members, cfg.Rank, cfg.Shares, 0)
-	if err != nil {
-		return err
-	}
-	if err := w.connectView(ctx, vs); err != nil {
-		vs.close()
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w; %v", err, w.joinEnded(ctx))
-		}
-		return err
-	}
-	w.setView(vs)
-	return w.syncView(ctx, 0)
+	return w.installView(ctx, newView{epoch: 1, members: members, shares: cfg.Shares, what: "the static view",
+		patient: true, sync: syncState, root: 0})
 }
 
 // connectView connects to every member of vs, naming one whose secret
@@ -512,43 +501,6 @@ func (w *Worker) redialIfMoved(id transport.PeerID, addr string) {
 }
 
 var errMoved = errors.New("gyre: the member is back at another address")
-
-// syncView makes every member of the current view agree on the settings,
-// orders its ring, has every member hold root's state and iteration, and
-// commits it: the end of Join, and of a boundary that admitted workers.
-func (w *Worker) syncView(ctx context.Context, root int) error {
-	if err := w.settleView(ctx); err != nil {
-		return err
-	}
-	if err := w.confirm(ctx, w.syncState(ctx, root), root); err != nil {
-		return err
-	}
-	return w.state.commit(w.iter)
-}
-
-// settleView readies a new view's members: they check their settings
-// agree, cap the view's first shares at their device memory, and order
-// the ring.
-func (w *Worker) settleView(ctx context.Context) error {
-	if err := w.agree(ctx); err != nil {
-		return err
-	}
-	return w.arrangeRing(ctx)
-}
-
-// setView makes vs the current view, closing the previous one.
-func (w *Worker) setView(vs *viewState) {
-	w.mu.Lock()
-	old := w.cur
-	w.cur = vs
-	w.mu.Unlock()
-	w.view.Store(vs)
-	w.rank.Store(int64(vs.rank))
-	w.adm.setView(vs.members)
-	if old != nil {
-		old.close()
-	}
-}
 
 // lingerRefused keeps a worker whose credentials a peer refused reachable
 // for a while before Join closes its transport, so that the peers dialing
