@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 )
 
 func newBenchBalanceCmd(c *cli) *cobra.Command {

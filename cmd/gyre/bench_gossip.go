@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gyre-ml/gyre"
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/membership"
 )

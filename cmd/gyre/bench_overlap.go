@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gyre-ml/gyre"
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 )
 
 // overlapFlags are the settings every worker of the overlap benchmark gets.

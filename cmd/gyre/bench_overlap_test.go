@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 )
 
 // TestBenchOverlapMultiProcess runs the benchmark through launch, two real

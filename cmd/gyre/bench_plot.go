@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 )
 
 func newBenchPlotCmd(*cli) *cobra.Command {

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gyre-ml/gyre/bench"
+	"github.com/gyre-ml/gyre/internal/bench"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 

@@ -10,5 +10,6 @@
 // The transport benchmark runs two processes: RunTransport in the parent
 // and ServePeer in a child it starts through a PeerStarter. Each Gyre
 // transport variant is paired with a bare baseline that carries the same
-// bytes with no Gyre framing. RESULTS.md records the figures.
+// bytes with no Gyre framing. bench/RESULTS.md records the figures, and
+// the scripts beside it in bench/ drive clusters and reference peers.
 package bench
