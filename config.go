@@ -1,72 +1,64 @@
 package gyre
 
 import (
-	"cmp"
-	"crypto/rand"
-	"errors"
-	"fmt"
-	"net"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/config"
 	"github.com/gyre-ml/gyre/internal/secret"
-	"github.com/gyre-ml/gyre/internal/wire"
 )
 
 // Transport names accepted by Config.Transport.
 const (
-	TransportQUIC = "quic"
-	TransportTCP  = "tcp"
+	TransportQUIC = config.TransportQUIC
+	TransportTCP  = config.TransportTCP
 )
 
 // Defaults for Config fields left at their zero value.
 const (
-	DefaultTransport = TransportQUIC
-	DefaultListen    = "127.0.0.1:7946"
-	DefaultStripes   = 1
-	DefaultMaxFrame  = wire.DefaultMaxFrame
+	DefaultTransport = config.DefaultTransport
+	DefaultListen    = config.DefaultListen
+	DefaultStripes   = config.DefaultStripes
+	DefaultMaxFrame  = config.DefaultMaxFrame
 	// DefaultGlobalBatch is GlobalBatch's default.
-	DefaultGlobalBatch = 256
+	DefaultGlobalBatch = config.DefaultGlobalBatch
 	// DefaultJoinTimeout is JoinTimeout's default.
-	DefaultJoinTimeout = 5 * time.Minute
+	DefaultJoinTimeout = config.DefaultJoinTimeout
 	// DefaultConnectTimeout is ConnectTimeout's default.
-	DefaultConnectTimeout = 30 * time.Second
+	DefaultConnectTimeout = config.DefaultConnectTimeout
 	// DefaultCollectiveTimeout is CollectiveTimeout's default.
-	DefaultCollectiveTimeout = 10 * time.Minute
+	DefaultCollectiveTimeout = config.DefaultCollectiveTimeout
 	// DefaultStallThreshold is StallThreshold's default, unless half of
 	// CollectiveTimeout is shorter.
-	DefaultStallThreshold = time.Minute
+	DefaultStallThreshold = config.DefaultStallThreshold
 	// DefaultPeerTimeout is PeerTimeout's default.
-	DefaultPeerTimeout = 2 * time.Second
+	DefaultPeerTimeout = config.DefaultPeerTimeout
 	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
 	// times per PeerTimeout, and shorter silences are scheduling noise.
-	MinPeerTimeout = 100 * time.Millisecond
+	MinPeerTimeout = config.MinPeerTimeout
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
-	MaxStripes = 16
+	MaxStripes = config.MaxStripes
 	// MaxView is the largest view. A welcome lists every member, and
 	// its buffer is sized for this many.
-	MaxView = 256
+	MaxView = config.MaxView
 	// DefaultJob is Job's default.
-	DefaultJob = "gyre"
+	DefaultJob = config.DefaultJob
 	// DefaultCheckpointEvery is CheckpointEvery's default, with a
 	// CheckpointDir.
-	DefaultCheckpointEvery = 100
+	DefaultCheckpointEvery = config.DefaultCheckpointEvery
 	// DefaultCheckpointKeep is CheckpointKeep's default.
-	DefaultCheckpointKeep = 3
+	DefaultCheckpointKeep = config.DefaultCheckpointKeep
 )
 
 // Balance modes accepted by Config.Balance.
 const (
 	// BalanceLBBSP decides the shares at every boundary from the workers'
 	// measured compute times (package balance).
-	BalanceLBBSP = "lbbsp"
+	BalanceLBBSP = config.BalanceLBBSP
 	// BalanceStatic keeps equal shares, or Config.Shares.
-	BalanceStatic = "static"
+	BalanceStatic = config.BalanceStatic
 )
 
 // Ring orders accepted by Config.RingOrder.
@@ -74,10 +66,10 @@ const (
 	// RingOrderAuto measures the links between the members of each new
 	// view and orders the ring so that it crosses slow links as rarely as
 	// it can (ring.ChooseOrder).
-	RingOrderAuto = "auto"
+	RingOrderAuto = config.RingOrderAuto
 	// RingOrderFixed keeps the view's order: members sorted by data
 	// address.
-	RingOrderFixed = "fixed"
+	RingOrderFixed = config.RingOrderFixed
 )
 
 // Allreduce algorithms accepted by Config.Algo.
@@ -85,21 +77,21 @@ const (
 	// AlgoAuto runs recursive doubling below the size from which the
 	// ring's cost model, measured by the view's link probes, predicts the
 	// ring to be faster, the ring from there (ring.CostModel.Threshold).
-	AlgoAuto = "auto"
+	AlgoAuto = config.AlgoAuto
 	// AlgoRing always runs the pipelined ring.
-	AlgoRing = "ring"
+	AlgoRing = config.AlgoRing
 	// AlgoDoubling always runs recursive doubling.
-	AlgoDoubling = "doubling"
+	AlgoDoubling = config.AlgoDoubling
 )
 
 // Gossip timing presets accepted by Config.GossipTiming.
 const (
-	GossipLAN   = "lan"
-	GossipLocal = "local"
+	GossipLAN   = config.GossipLAN
+	GossipLocal = config.GossipLocal
 )
 
 // ErrConfig is wrapped by every configuration error.
-var ErrConfig = errors.New("gyre: invalid config")
+var ErrConfig = config.ErrConfig
 
 // Config describes one worker. The zero value is usable: every field
 // documents its default, which WithDefaults fills in.
@@ -341,571 +333,86 @@ type Config struct {
 	StallThreshold time.Duration
 }
 
-// logger returns Logger, or the default: warnings and errors on stderr.
-func (c Config) logger() zerolog.Logger {
-	if c.Logger != nil {
-		return *c.Logger
-	}
-	return defaultLogger()
-}
-
 // WithDefaults returns a copy of c with every unset field at its default.
-func (c Config) WithDefaults() Config {
-	gossip := c.Gossip()
-	addressless := c.lone() && c.DataAddr == ""
-	if c.Transport == "" {
-		c.Transport = DefaultTransport
-	}
-	if c.Stripes == 0 {
-		c.Stripes = DefaultStripes
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = DefaultMaxFrame
-	}
-	if c.Listen == "" && gossip {
-		c.Listen = DefaultListen // Seeds without Listen
-	}
-	if c.DataAddr == "" {
-		if c.Rank >= 0 && c.Rank < len(c.Peers) {
-			c.DataAddr = c.Peers[c.Rank] // a launcher's view names this worker's address
-		} else {
-			c.DataAddr = nextPort(cmp.Or(c.Listen, DefaultListen))
-		}
-	}
-	if c.Advertise == "" {
-		c.Advertise, _, _ = net.SplitHostPort(c.DataAddr)
-	}
-	if c.Job == "" {
-		c.Job = DefaultJob
-	}
-	if c.GossipTiming == "" {
-		c.GossipTiming = GossipLAN
-	}
-	if c.WorldSize == 0 && !gossip {
-		c.WorldSize = max(len(c.Peers), 1)
-	}
-	if c.MinWorkers == 0 {
-		c.MinWorkers = max(c.WorldSize, 1)
-	}
-	if c.MaxWorkers == 0 {
-		c.MaxWorkers = MaxView
-	}
-	if c.JoinTimeout == 0 {
-		c.JoinTimeout = DefaultJoinTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.QuorumTimeout == 0 {
-		c.QuorumTimeout = c.JoinTimeout
-	}
-	if c.CollectiveTimeout == 0 {
-		c.CollectiveTimeout = DefaultCollectiveTimeout
-	}
-	if c.StallThreshold == 0 {
-		c.StallThreshold = min(DefaultStallThreshold, c.CollectiveTimeout/2)
-	}
-	if c.CheckpointDir != "" {
-		c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
-		c.CheckpointKeep = cmp.Or(c.CheckpointKeep, DefaultCheckpointKeep)
-	}
-	if c.PeerTimeout == 0 {
-		c.PeerTimeout = DefaultPeerTimeout
-	}
-	if c.Balance == "" {
-		c.Balance = BalanceLBBSP
-		if len(c.Shares) > 0 {
-			c.Balance = BalanceStatic
-		}
-	}
-	if c.Algo == "" {
-		c.Algo = AlgoAuto
-	}
-	if c.RingOrder == "" {
-		c.RingOrder = RingOrderAuto
-	}
-	if c.GlobalBatch == 0 {
-		c.GlobalBatch = DefaultGlobalBatch
-		if len(c.Shares) > 0 {
-			c.GlobalBatch = 0
-			for _, s := range c.Shares {
-				c.GlobalBatch += s
-			}
-		}
-	}
-	if c.Shares == nil && c.WorldSize > 0 {
-		c.Shares = EqualShares(c.GlobalBatch, c.WorldSize)
-	}
-	if c.Name == "" {
-		c.Name = c.AdvertisedData()
-		if _, port, err := net.SplitHostPort(c.DataAddr); err == nil && port == "0" || addressless {
-			c.Name = "w-" + rand.Text()[:12] // no address to name it by yet, or ever
-		}
-	}
-	return c
-}
+func (c Config) WithDefaults() Config { return Config(config.Config(c).WithDefaults()) }
 
 // Gossip reports whether c asks for gossip membership: Seeds, or a Listen
 // address without a static view.
-func (c Config) Gossip() bool { return len(c.Seeds) > 0 || c.Listen != "" && len(c.Peers) == 0 }
+func (c Config) Gossip() bool { return config.Config(c).Gossip() }
 
 // AdvertisedData is the data-plane address the others use: Advertise with
 // DataAddr's port (0 until the transport has bound it).
-func (c Config) AdvertisedData() string {
-	_, port, err := net.SplitHostPort(c.DataAddr)
-	if err != nil || c.Advertise == "" {
-		return c.DataAddr
-	}
-	return net.JoinHostPort(c.Advertise, port)
-}
-
-// nextPort returns addr with its port incremented, or addr unchanged if it
-// cannot be parsed (Validate reports that) or its port is 0.
-func nextPort(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p == 0 {
-		return addr
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p+1))
-}
+func (c Config) AdvertisedData() string { return config.Config(c).AdvertisedData() }
 
 // Validate checks c after filling defaults. Each error wraps ErrConfig and
 // names the field at fault; all faults are reported together.
-func (c Config) Validate() error { return c.validate(true) }
-
-// validate is Validate; needSecret is false when the caller brings its own
-// transport, and with it its own credentials.
-func (c Config) validate(needSecret bool) error {
-	raw := c
-	c = c.WithDefaults()
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
-	}
-	switch c.Transport {
-	case TransportQUIC:
-		if c.Insecure {
-			bad("Insecure is only available with the tcp transport; quic is always encrypted")
-		}
-	case TransportTCP:
-	default:
-		bad("Transport %q: want %q or %q", c.Transport, TransportQUIC, TransportTCP)
-	}
-	if c.Stripes < 1 || c.Stripes > MaxStripes {
-		bad("Stripes %d: want 1 to %d", c.Stripes, MaxStripes)
-	}
-	if c.MaxFrame < 4<<10 || c.MaxFrame > 64<<20 {
-		bad("MaxFrame %d: want 4 KiB to 64 MiB", c.MaxFrame)
-	}
-	if c.Key != "" && c.KeyFile != "" {
-		bad("give KeyFile or Key, not both")
-	}
-	if needSecret && !c.hasSecret() && len(c.Peers) > 0 { // checkGossip says it for gossip; a lone worker needs none
-		bad("%v", errNoSecret)
-	}
-	if c.Key != "" {
-		if _, err := secret.Parse(c.Key); err != nil {
-			bad("Key: %v", err)
-		}
-	}
-	// A field derived from a bad one is not reported: only the root cause.
-	listenErr := checkHostPort(c.Listen)
-	if c.Listen != "" && listenErr != nil {
-		bad("Listen %q: %v", c.Listen, listenErr)
-	}
-	dataErr := checkHostPort(c.DataAddr)
-	if dataErr != nil && (raw.DataAddr != "" || !c.dataAddrFromBad(listenErr)) {
-		bad("DataAddr %q: %v", c.DataAddr, dataErr)
-	}
-	if strings.Contains(c.Advertise, ":") && net.ParseIP(c.Advertise) == nil || c.Advertise == "" {
-		if raw.Advertise != "" || dataErr == nil {
-			bad("Advertise %q: want a host only, such as 10.0.0.5; the ports follow Listen and DataAddr", c.Advertise)
-		}
-	}
-	if len(c.Name) > wire.MaxPeerID {
-		bad("Name is %d bytes, at most %d", len(c.Name), wire.MaxPeerID)
-	}
-	if c.LocalRank < 0 {
-		bad("LocalRank %d is negative", c.LocalRank)
-	}
-	if !c.Gossip() {
-		for _, err := range c.checkView() {
-			bad("%v", err)
-		}
-	}
-	for _, err := range c.checkBatch(len(raw.Shares) > 0) {
-		bad("%v", err)
-	}
-	return errors.Join(errs...)
-}
-
-// checkView checks the static view: ranks in range, sizes that agree, and
-// peer addresses that are distinct, complete and include this worker's.
-func (c Config) checkView() []error {
-	var errs []error
-	if len(c.Peers) == 0 {
-		if c.Rank != 0 || c.WorldSize != 1 {
-			errs = append(errs, fmt.Errorf("Rank %d of WorldSize %d needs Peers, the address of every rank", c.Rank, c.WorldSize))
-		}
-		return errs
-	}
-	if c.WorldSize != len(c.Peers) {
-		errs = append(errs, fmt.Errorf("WorldSize %d but Peers lists %d addresses", c.WorldSize, len(c.Peers)))
-	}
-	if c.Rank < 0 || c.Rank >= len(c.Peers) {
-		return append(errs, fmt.Errorf("Rank %d outside Peers [0, %d)", c.Rank, len(c.Peers)))
-	}
-	seen := make(map[string]int, len(c.Peers))
-	for i, p := range c.Peers {
-		if err := checkHostPort(p); err != nil {
-			errs = append(errs, fmt.Errorf("Peers[%d] %q: %v", i, p, err))
-		} else if _, port, _ := net.SplitHostPort(p); port == "0" {
-			errs = append(errs, fmt.Errorf("Peers[%d] %q: a peer address needs a real port", i, p))
-		}
-		if j, dup := seen[p]; dup {
-			errs = append(errs, fmt.Errorf("Peers[%d] and Peers[%d] are both %q", j, i, p))
-		}
-		seen[p] = i
-	}
-	if adv := c.AdvertisedData(); c.Peers[c.Rank] != adv {
-		errs = append(errs, fmt.Errorf("Peers[%d] is %q but this worker advertises %q", c.Rank, c.Peers[c.Rank], adv))
-	}
-	return errs
-}
-
-// CompressAuto is Config.Compress's choice by the cost model.
-const CompressAuto = "auto"
-
-// compressions maps Config.Compress onto wire types; DTypeBytes is none,
-// and CompressAuto chooses per bucket.
-var compressions = map[string]wire.DType{"": wire.DTypeBytes, "none": wire.DTypeBytes,
-	"bf16": wire.DTypeBF16, "fp16": wire.DTypeFP16, CompressAuto: wire.DTypeBytes}
-
-// dataAddrFromBad reports whether the defaulted DataAddr came from an
-// address that is reported bad itself: Listen (listenErr) or this rank's
-// entry of Peers.
-func (c Config) dataAddrFromBad(listenErr error) bool {
-	if c.Rank >= 0 && c.Rank < len(c.Peers) {
-		return checkHostPort(c.Peers[c.Rank]) != nil
-	}
-	return c.Listen != "" && listenErr != nil
-}
-
-// checkBatch checks the membership and batch fields; userShares says
-// whether Shares were given rather than derived from GlobalBatch, whose
-// own check then covers them.
-func (c Config) checkBatch(userShares bool) []error {
-	var errs []error
-	if c.MaxWorkers < 1 || c.MaxWorkers > MaxView {
-		errs = append(errs, fmt.Errorf("MaxWorkers %d: want 1 to %d", c.MaxWorkers, MaxView))
-	}
-	if c.Balance != BalanceLBBSP && c.Balance != BalanceStatic {
-		errs = append(errs, fmt.Errorf("Balance %q: want %q or %q", c.Balance, BalanceLBBSP, BalanceStatic))
-	}
-	if c.BytesPerSample < 0 {
-		errs = append(errs, fmt.Errorf("BytesPerSample %d: want 0 (no memory cap) or more", c.BytesPerSample))
-	}
-	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
-		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))
-	}
-	if c.Algo != AlgoAuto && c.Algo != AlgoRing && c.Algo != AlgoDoubling {
-		errs = append(errs, fmt.Errorf("Algo %q: want %q, %q or %q", c.Algo, AlgoAuto, AlgoRing, AlgoDoubling))
-	}
-	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
-		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))
-	}
-	if c.GossipProbeInterval < 0 || c.GossipSuspicionMult < 0 {
-		errs = append(errs, fmt.Errorf("GossipProbeInterval %v and GossipSuspicionMult %d may not be negative", c.GossipProbeInterval, c.GossipSuspicionMult))
-	}
-	if c.JoinTimeout < 0 {
-		errs = append(errs, fmt.Errorf("JoinTimeout %v is negative", c.JoinTimeout))
-	}
-	if c.ConnectTimeout < 0 {
-		errs = append(errs, fmt.Errorf("ConnectTimeout %v is negative", c.ConnectTimeout))
-	}
-	if _, err := parseFailpoint(c.Failpoint); err != nil {
-		errs = append(errs, err)
-	}
-	if c.QuorumTimeout < 0 {
-		errs = append(errs, fmt.Errorf("QuorumTimeout %v is negative", c.QuorumTimeout))
-	}
-	switch {
-	case c.CheckpointEvery < 0:
-		errs = append(errs, fmt.Errorf("CheckpointEvery %d is negative", c.CheckpointEvery))
-	case c.CheckpointKeep < 0:
-		errs = append(errs, fmt.Errorf("CheckpointKeep %d is negative", c.CheckpointKeep))
-	case c.CheckpointDir == "" && (c.CheckpointEvery > 0 || c.CheckpointRequired):
-		errs = append(errs, errors.New("CheckpointEvery or CheckpointRequired without CheckpointDir (--checkpoint-dir): where would the checkpoints go?"))
-	}
-	if c.CollectiveTimeout < 0 {
-		errs = append(errs, fmt.Errorf("CollectiveTimeout %v is negative", c.CollectiveTimeout))
-	}
-	if c.PeerTimeout < MinPeerTimeout {
-		errs = append(errs, fmt.Errorf("PeerTimeout %v: want at least %v", c.PeerTimeout, MinPeerTimeout))
-	}
-	if _, ok := compressions[c.Compress]; !ok {
-		errs = append(errs, fmt.Errorf("Compress %q: want bf16, fp16, auto or none", c.Compress))
-	}
-	if c.BucketBytes < 0 {
-		errs = append(errs, fmt.Errorf("BucketBytes %d is negative", c.BucketBytes))
-	}
-	if c.DatasetSize < 0 {
-		errs = append(errs, fmt.Errorf("DatasetSize %d is negative", c.DatasetSize))
-	}
-	if c.Gossip() {
-		return append(errs, c.checkGossip()...)
-	}
-	if c.MinWorkers < 1 || c.MinWorkers > c.WorldSize {
-		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to WorldSize %d (the static view needs every peer)", c.MinWorkers, c.WorldSize))
-	}
-	if c.GlobalBatch < 1 {
-		errs = append(errs, fmt.Errorf("GlobalBatch %d: want at least 1", c.GlobalBatch))
-	}
-	if !userShares {
-		return errs
-	}
-	if len(c.Shares) != c.WorldSize {
-		return append(errs, fmt.Errorf("Shares lists %d workers, WorldSize is %d", len(c.Shares), c.WorldSize))
-	}
-	sum := 0
-	for r, s := range c.Shares {
-		if s < 0 {
-			errs = append(errs, fmt.Errorf("Shares[%d] = %d is negative", r, s))
-		}
-		sum += s
-	}
-	if sum != c.GlobalBatch {
-		errs = append(errs, fmt.Errorf("Shares sum to %d, GlobalBatch is %d", sum, c.GlobalBatch))
-	}
-	return errs
-}
-
-// checkGossip checks the fields of gossip membership, where the view, and
-// with it ranks and shares, is decided at run time.
-func (c Config) checkGossip() []error {
-	var errs []error
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"Peers", len(c.Peers) > 0}, {"Rank", c.Rank != 0}, {"WorldSize", c.WorldSize != 0}, {"Shares", len(c.Shares) > 0}} {
-		if f.set {
-			errs = append(errs, fmt.Errorf("%s cannot be given with Seeds: the membership view decides it", f.name))
-		}
-	}
-	if c.Key == "" && c.KeyFile == "" {
-		errs = append(errs, errors.New("gossip needs the cluster secret, which encrypts it, even with Insecure: "+
-			"set KeyFile (gyre keygen --out FILE, then --key-file) or Key; every worker of the job uses the same one"))
-	}
-	for i, s := range c.Seeds {
-		if err := checkHostPort(s); err != nil {
-			errs = append(errs, fmt.Errorf("Seeds[%d] %q: %v", i, s, err))
-		}
-	}
-	if c.MinWorkers < 1 || c.MinWorkers > c.MaxWorkers {
-		errs = append(errs, fmt.Errorf("MinWorkers %d: want 1 to MaxWorkers %d", c.MinWorkers, c.MaxWorkers))
-	}
-	if c.GlobalBatch < c.MinWorkers {
-		errs = append(errs, fmt.Errorf("GlobalBatch %d is smaller than MinWorkers %d: every worker needs a sample", c.GlobalBatch, c.MinWorkers))
-	}
-	return errs
-}
-
-func checkHostPort(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return errors.New("missing host: bind an explicit address such as 127.0.0.1")
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("bad port %q", port)
-	}
-	return nil
-}
-
-// hasSecret reports whether c gives a cluster secret, or needs none.
-func (c Config) hasSecret() bool { return c.Key != "" || c.KeyFile != "" || c.Insecure }
-
-var errNoSecret = errors.New("a cluster secret is required: set KeyFile (gyre keygen --out FILE) or Key")
-
-// lone reports whether c is a job of one: no static view, no gossip.
-func (c Config) lone() bool { return len(c.Peers) == 0 && !c.Gossip() }
+func (c Config) Validate() error { return config.Config(c).Validate() }
 
 // Secret loads the cluster secret from Key or KeyFile. It returns the zero
 // Secret and no error when neither is set, which Validate allows only with
 // Insecure.
-func (c Config) Secret() (secret.Secret, error) {
-	switch {
-	case c.Key != "":
-		return secret.Parse(c.Key)
-	case c.KeyFile != "":
-		return secret.Load(c.KeyFile)
-	}
-	return secret.Secret{}, nil
-}
+func (c Config) Secret() (secret.Secret, error) { return config.Config(c).Secret() }
+
+// CompressAuto is Config.Compress's choice by the cost model.
+const CompressAuto = config.CompressAuto
 
 // Environment variables read by ConfigFromEnv.
 const (
-	EnvTransport  = "GYRE_TRANSPORT"
-	EnvInsecure   = "GYRE_INSECURE"
-	EnvStripes    = "GYRE_STRIPES"
-	EnvKeyFile    = "GYRE_KEY_FILE"
-	EnvKey        = "GYRE_KEY"
-	EnvListen     = "GYRE_LISTEN"
-	EnvDataAddr   = "GYRE_DATA_ADDR"
-	EnvAdvertise  = "GYRE_ADVERTISE"
-	EnvName       = "GYRE_NAME"
-	EnvPeers      = "GYRE_PEERS" // comma-separated data addresses in rank order
-	EnvRank       = "GYRE_RANK"
-	EnvWorldSize  = "GYRE_WORLD_SIZE"
-	EnvLocalRank  = "GYRE_LOCAL_RANK"
-	EnvSeed       = "GYRE_SEED" // comma-separated gossip seed addresses
-	EnvMinWorkers = "GYRE_MIN_WORKERS"
-	EnvMaxWorkers = "GYRE_MAX_WORKERS"
-	EnvJob        = "GYRE_JOB"
+	EnvTransport  = config.EnvTransport
+	EnvInsecure   = config.EnvInsecure
+	EnvStripes    = config.EnvStripes
+	EnvKeyFile    = config.EnvKeyFile
+	EnvKey        = config.EnvKey
+	EnvListen     = config.EnvListen
+	EnvDataAddr   = config.EnvDataAddr
+	EnvAdvertise  = config.EnvAdvertise
+	EnvName       = config.EnvName
+	EnvPeers      = config.EnvPeers // comma-separated data addresses in rank order
+	EnvRank       = config.EnvRank
+	EnvWorldSize  = config.EnvWorldSize
+	EnvLocalRank  = config.EnvLocalRank
+	EnvSeed       = config.EnvSeed // comma-separated gossip seed addresses
+	EnvMinWorkers = config.EnvMinWorkers
+	EnvMaxWorkers = config.EnvMaxWorkers
+	EnvJob        = config.EnvJob
 	// EnvGossipTiming is "lan" or "local"; EnvGossipProbeInterval a
 	// duration; EnvGossipSuspicionMult an integer.
-	EnvGossipTiming        = "GYRE_GOSSIP_TIMING"
-	EnvGossipProbeInterval = "GYRE_GOSSIP_PROBE_INTERVAL"
-	EnvGossipSuspicionMult = "GYRE_GOSSIP_SUSPICION_MULT"
+	EnvGossipTiming        = config.EnvGossipTiming
+	EnvGossipProbeInterval = config.EnvGossipProbeInterval
+	EnvGossipSuspicionMult = config.EnvGossipSuspicionMult
 	// EnvBalance is "lbbsp" or "static".
-	EnvBalance = "GYRE_BALANCE"
+	EnvBalance = config.EnvBalance
 	// EnvRingOrder is "auto" or "fixed".
-	EnvRingOrder = "GYRE_RING_ORDER"
+	EnvRingOrder = config.EnvRingOrder
 	// EnvAlgo is "auto", "ring" or "doubling".
-	EnvAlgo = "GYRE_ALGO"
+	EnvAlgo = config.EnvAlgo
 	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout,
 	// EnvQuorumTimeout, EnvPeerTimeout and EnvStallThreshold are
 	// durations such as "10m" or "2s".
-	EnvCollectiveTimeout = "GYRE_COLLECTIVE_TIMEOUT"
-	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
-	EnvConnectTimeout    = "GYRE_CONNECT_TIMEOUT"
-	EnvQuorumTimeout     = "GYRE_QUORUM_TIMEOUT"
-	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
-	EnvStallThreshold    = "GYRE_STALL_THRESHOLD"
+	EnvCollectiveTimeout = config.EnvCollectiveTimeout
+	EnvJoinTimeout       = config.EnvJoinTimeout
+	EnvConnectTimeout    = config.EnvConnectTimeout
+	EnvQuorumTimeout     = config.EnvQuorumTimeout
+	EnvPeerTimeout       = config.EnvPeerTimeout
+	EnvStallThreshold    = config.EnvStallThreshold
 	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
-	EnvFailpoint = "GYRE_FAILPOINT"
+	EnvFailpoint = config.EnvFailpoint
 	// EnvCheckpointDir is a directory; EnvCheckpointEvery and
 	// EnvCheckpointKeep integers; EnvCheckpointRequired true or false.
-	EnvCheckpointDir      = "GYRE_CHECKPOINT_DIR"
-	EnvCheckpointEvery    = "GYRE_CHECKPOINT_EVERY"
-	EnvCheckpointKeep     = "GYRE_CHECKPOINT_KEEP"
-	EnvCheckpointRequired = "GYRE_CHECKPOINT_REQUIRED"
+	EnvCheckpointDir      = config.EnvCheckpointDir
+	EnvCheckpointEvery    = config.EnvCheckpointEvery
+	EnvCheckpointKeep     = config.EnvCheckpointKeep
+	EnvCheckpointRequired = config.EnvCheckpointRequired
 	// EnvMetricsAddr is Config.MetricsAddr, host:port.
-	EnvMetricsAddr = "GYRE_METRICS_ADDR"
+	EnvMetricsAddr = config.EnvMetricsAddr
 	// EnvTimeline is Config.Timeline, a file.
-	EnvTimeline = "GYRE_TIMELINE"
+	EnvTimeline = config.EnvTimeline
 )
 
 // ConfigFromEnv reads the GYRE_* variables through lookup (os.LookupEnv in
 // main packages, a map in tests). Unset variables leave their fields zero,
 // so defaults apply; a malformed value is an error naming the variable.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
-	var c Config
-	var errs []error
-	str := func(name string, dst *string) {
-		if v, ok := lookup(name); ok {
-			*dst = strings.TrimSpace(v)
-		}
-	}
-	str(EnvName, &c.Name)
-	str(EnvTransport, &c.Transport)
-	str(EnvKeyFile, &c.KeyFile)
-	str(EnvKey, &c.Key)
-	str(EnvListen, &c.Listen)
-	str(EnvDataAddr, &c.DataAddr)
-	str(EnvAdvertise, &c.Advertise)
-	str(EnvJob, &c.Job)
-	str(EnvGossipTiming, &c.GossipTiming)
-	str(EnvBalance, &c.Balance)
-	str(EnvRingOrder, &c.RingOrder)
-	str(EnvAlgo, &c.Algo)
-	str(EnvCheckpointDir, &c.CheckpointDir)
-	str(EnvMetricsAddr, &c.MetricsAddr)
-	str(EnvTimeline, &c.Timeline)
-	boolean := func(name string, dst *bool) {
-		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
-			b, err := strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s=%q: want true or false", ErrConfig, name, v))
-			}
-			*dst = b
-		}
-	}
-	boolean(EnvInsecure, &c.Insecure)
-	boolean(EnvCheckpointRequired, &c.CheckpointRequired)
-	integer := func(name string, dst *int) {
-		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer", ErrConfig, name, v))
-			}
-			*dst = n
-		}
-	}
-	integer(EnvStripes, &c.Stripes)
-	integer(EnvRank, &c.Rank)
-	integer(EnvWorldSize, &c.WorldSize)
-	integer(EnvLocalRank, &c.LocalRank)
-	integer(EnvMinWorkers, &c.MinWorkers)
-	integer(EnvMaxWorkers, &c.MaxWorkers)
-	integer(EnvGossipSuspicionMult, &c.GossipSuspicionMult)
-	integer(EnvCheckpointEvery, &c.CheckpointEvery)
-	integer(EnvCheckpointKeep, &c.CheckpointKeep)
-	duration := func(name string, dst *time.Duration) {
-		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s=%q: want a duration such as 30s or 10m", ErrConfig, name, v))
-			}
-			*dst = d
-		}
-	}
-	duration(EnvCollectiveTimeout, &c.CollectiveTimeout)
-	duration(EnvJoinTimeout, &c.JoinTimeout)
-	duration(EnvConnectTimeout, &c.ConnectTimeout)
-	duration(EnvQuorumTimeout, &c.QuorumTimeout)
-	str(EnvFailpoint, &c.Failpoint)
-	duration(EnvPeerTimeout, &c.PeerTimeout)
-	duration(EnvStallThreshold, &c.StallThreshold)
-	duration(EnvGossipProbeInterval, &c.GossipProbeInterval)
-	if v, ok := lookup(EnvPeers); ok {
-		c.Peers = splitList(v)
-	}
-	if l, err := loggerFromEnv(lookup); err != nil {
-		errs = append(errs, err)
-	} else if l != nil {
-		c.Logger = l
-	}
-	if v, ok := lookup(EnvSeed); ok {
-		c.Seeds = splitList(v)
-	}
-	return c, errors.Join(errs...)
-}
-
-// splitList splits a comma-separated list, trimming spaces and dropping
-// empty items.
-func splitList(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// rankHook adds the worker's current rank to every log line, as a view
-// change can move it; -1 (pending, or not joined yet) adds nothing.
-type rankHook struct{ rank *atomic.Int64 }
-
-func (h rankHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
-	if r := h.rank.Load(); r >= 0 {
-		e.Int64("rank", r)
-	}
+	c, err := config.FromEnv(lookup)
+	return Config(c), err
 }

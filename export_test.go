@@ -3,6 +3,7 @@ package gyre
 import (
 	"time"
 
+	"github.com/gyre-ml/gyre/internal/gossip"
 	"github.com/gyre-ml/gyre/ring"
 )
 
@@ -12,42 +13,34 @@ import (
 // WithFailAction makes a worker that reaches its Config.Failpoint call
 // die instead of killing its process: an in-process test kills the
 // worker there and ends its goroutine.
-func WithFailAction(die func()) Option { return func(o *options) { o.failAction = die } }
+func WithFailAction(die func()) Option { return func(o *options) { o.Test.FailAction = die } }
 
 // WithTimelineSkew adds skew to every timestamp of the worker's timeline,
 // as if its clock were off by that much.
 func WithTimelineSkew(skew time.Duration) Option {
-	return func(o *options) { o.timelineSkew = skew }
+	return func(o *options) { o.Test.TimelineSkew = skew }
 }
 
 // DataComm returns the data communicator of w's current view, for tests
 // that run collectives on it directly.
-func DataComm(w *Worker) *ring.Comm { return w.cur.data }
+func DataComm(w *Worker) *ring.Comm { return w.e.DataComm() }
 
 // FailIteration records err as the iteration's failed collective, as Wait
 // does for a failed bucket.
-func FailIteration(w *Worker, err error) {
-	if w.failed == nil {
-		w.failed = err
-	}
-}
+func FailIteration(w *Worker, err error) { w.e.FailIteration(err) }
 
 // WithReprobeEvery sets how often the worker's views probe their links
 // again, in iterations.
-func WithReprobeEvery(n int64) Option { return func(o *options) { o.reprobeEvery = n } }
+func WithReprobeEvery(n int64) Option { return func(o *options) { o.Test.ReprobeEvery = n } }
 
 // WithHandshakeNote sets how often the worker logs a stuck admission
 // handshake.
-func WithHandshakeNote(d time.Duration) Option { return func(o *options) { o.handshakeNote = d } }
+func WithHandshakeNote(d time.Duration) Option { return func(o *options) { o.Test.HandshakeNote = d } }
 
 // WaitCheckpoint waits until w writes no checkpoint, for tests that need
 // each checkpoint on disk before the next iteration.
-func WaitCheckpoint(w *Worker) { w.ckpt.wait() }
+func WaitCheckpoint(w *Worker) { w.e.WaitCheckpoint() }
 
 // SetStarterPatience sets how long the first seed waits for seeds that
 // do not answer, and returns a function that restores it.
-func SetStarterPatience(d time.Duration) (restore func()) {
-	old := starterPatience
-	starterPatience = d
-	return func() { starterPatience = old }
-}
+func SetStarterPatience(d time.Duration) (restore func()) { return gossip.SetStarterPatience(d) }

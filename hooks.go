@@ -1,10 +1,6 @@
 package gyre
 
-import (
-	"time"
-
-	"github.com/gyre-ml/gyre/internal/obs"
-)
+import "time"
 
 // SpanKind names a phase of an iteration on the trainer's side.
 type SpanKind uint8
@@ -54,11 +50,11 @@ type Hooks struct {
 //	loss := model.Forward(x)
 //	end()
 func (w *Worker) StartSpan(kind SpanKind) (end func()) {
-	so, _ := w.observer.(obs.SpanObserver)
+	so := w.e.SpanObserver()
 	if w.hooks.Span == nil && so == nil {
 		return func() {}
 	}
-	s := Span{Kind: kind, Iter: w.iter, Rank: w.cur.rank, Start: time.Now()}
+	s := Span{Kind: kind, Iter: w.e.Iter(), Rank: w.e.Rank(), Start: time.Now()}
 	return func() {
 		s.End = time.Now()
 		if w.hooks.Span != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/launch"
 	"github.com/gyre-ml/gyre/internal/secret"
+	"github.com/gyre-ml/gyre/internal/testhook"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/mem"
 	"github.com/gyre-ml/gyre/transport/transporttest"
@@ -137,7 +138,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.Workers[r], c.Errs[r] = gyre.Join(ctx, cfg, opts...)
+			c.Workers[r], c.Errs[r] = gyre.Join(c.hooked(ctx, cfg), cfg, opts...)
 		}()
 	}
 	wg.Wait()
@@ -238,11 +239,20 @@ func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID, cfg gyre.Co
 	if c.o.Unreachable != nil && c.o.Unreachable(r) {
 		opts = append(opts, c.unreachable(tb, cfg))
 	}
-	if c.o.Gossip {
-		self := cfg.Listen
-		opts = append(opts, gyre.WithGossipBlock(func(addr string) bool { return c.gossipCut(self, addr) }))
-	}
 	return opts
+}
+
+// hooked returns ctx carrying, with Options.Gossip, the cut that
+// Partition puts in the gossip of the worker of cfg: a test seam, which
+// reaches the worker through package testhook, not the public API.
+func (c *Cluster) hooked(ctx context.Context, cfg gyre.Config) context.Context {
+	if !c.o.Gossip {
+		return ctx
+	}
+	self := cfg.Listen
+	return testhook.With(ctx, func(h *testhook.Hooks) {
+		h.GossipBlock = func(addr string) bool { return c.gossipCut(self, addr) }
+	})
 }
 
 // gossipCut reports whether Partition puts the gossip addresses from and
@@ -348,7 +358,7 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 		defer close(j.done)
 		ctx, cancel := context.WithTimeout(context.Background(), c.o.JoinTimeout)
 		defer cancel()
-		j.w, j.err = gyre.Join(ctx, cfg, opts...)
+		j.w, j.err = gyre.Join(c.hooked(ctx, cfg), cfg, opts...)
 	}()
 	tb.Cleanup(func() {
 		<-j.done

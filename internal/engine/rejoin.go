@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gyre-ml/gyre/internal/recovery"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// Rejoining: a worker that a recovery left out, or a joiner whose
+// admission lost a member, forgets its old links and goes back to
+// pending, to be admitted as a new member (docs/recovery.md,
+// "Rejoining").
+
+// forgetDropped drops the transport's records of the members a recovery
+// left out (the lost, and joiners it dropped), so that nothing of theirs
+// from the old view is read again: one that comes back dials afresh, and
+// is admitted as a new member. It keeps listening for their calls from
+// the old view, to tell them they are out.
+func (e *Engine) forgetDropped(dropped []transport.PeerID) {
+	e.links.Forget(dropped)
+	for _, p := range dropped {
+		e.adm.Reset(p)
+	}
+	e.rec.Formers(dropped)
+}
+
+// rejoin brings back a worker the others recovered without, as a new
+// member: in is the Install of the view that left it out. It forgets
+// every old link, goes back to pending in gossip, and waits up to
+// JoinTimeout to be admitted at a boundary, as a joiner. Its own commits
+// are dropped: it takes the job's state, as any joiner does.
+func (e *Engine) rejoin(ctx context.Context, in recovery.Install, cause error) (Change, error) {
+	start := time.Now()
+	rc := e.rec
+	e.log.Warn().Uint64("epoch", in.View.Epoch).Int("world", len(in.View.Members)).
+		Msg("the job recovered without this worker (it was stopped, starved or cut off for longer than PeerTimeout); rejoining as a new member")
+	old := rc.Known()
+	rc.ClearInbox()
+	e.backToPending(old)
+	// The member side of admission restarts with the new view.
+	e.adm.Close()
+	e.adm = nil
+	// Close ends the wait too, as it ends every other call.
+	ctx, stopLife := context.WithCancel(ctx)
+	defer stopLife()
+	stopOnClose := context.AfterFunc(e.life, stopLife)
+	defer stopOnClose()
+	jctx, cancel := context.WithTimeoutCause(ctx, e.cfg.JoinTimeout,
+		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, e.cfg.JoinTimeout, context.DeadlineExceeded))
+	defer cancel()
+	fail := func(err error) (Change, error) {
+		return Change{}, fmt.Errorf("gyre: rejoining the job after it recovered without this worker: %w (it was left out after: %w)", err, cause)
+	}
+	// Gossip may have declared the members dead while this worker was
+	// cut off, and they it; memberlist never looks again by itself.
+	stopGossip := e.gossip.Regossip(jctx, old)
+	wel, err := e.awaitWelcome(jctx, false)
+	stopGossip()
+	if err != nil {
+		return fail(err)
+	}
+	if err := e.enterView(jctx, wel, start); err != nil {
+		return fail(err)
+	}
+	e.startAdmissions()
+	v := e.cur
+	rc.Reset(recoveryView(v), e.commitOf(v.Epoch), v.Members)
+	return Change{Iter: e.it.iter, View: e.View(), ViewChanged: true, Shares: e.Shares(), SharesChanged: true, Redo: true,
+		Admitted: []string{e.cfg.Name}}, nil
+}

@@ -1,0 +1,354 @@
+// Package gossip is a worker's side of gossip membership: its
+// memberlist node and the metadata it publishes, the seeds and the
+// starter that begins a job, what gossip lists of the job's workers, and
+// the welcomes that bring a joiner into a view. Gossip is a hint: it
+// finds members and joiners, and never decides a view (package vote
+// does, from the boundary's table).
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/admission"
+	"github.com/gyre-ml/gyre/internal/vote"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/membership"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// ProtocolVersion is the protocol in node metadata: workers that speak
+// another are never admitted. Version 2 added the admission handshake,
+// 3 the cores in the link probes' table, 4 the machines' boot ids in it.
+const ProtocolVersion = 4
+
+// seedQuiet is how long a joiner that no seed answers waits before it
+// warns, and seedWarnEvery how often it warns again.
+const (
+	seedQuiet     = time.Second
+	seedWarnEvery = 10 * time.Second
+)
+
+// ErrJobGone: the starter, pending to join a running job, saw gossip
+// list none of the job's workers in a view for jobGoneGrace (the job
+// ended, or died, while the starter restarted), so it starts the job.
+var ErrJobGone = errors.New("gyre: the job's workers are gone from gossip")
+
+const jobGoneGrace = 5 * time.Second
+
+// Config configures a worker's gossip.
+type Config struct {
+	// Name is the worker's name; Job the job's; DataAddr its advertised
+	// data-plane address, which its metadata carries.
+	Name, Job, DataAddr string
+	// Listen and Advertise are the gossip address memberlist binds and
+	// the host it advertises; Seeds the seeds (gyre.Config.Seeds).
+	Listen, Advertise string
+	Seeds             []string
+	// Key encrypts gossip.
+	Key []byte
+	// Local, ProbeInterval and SuspicionMult set memberlist's timing.
+	Local         bool
+	ProbeInterval time.Duration
+	SuspicionMult int
+	// Block, if set, cuts gossip to the addresses it reports true for
+	// (tests' partitions).
+	Block  func(addr string) bool
+	Logger zerolog.Logger
+}
+
+// Gossip is one worker's gossip membership. It is used from the
+// worker's goroutine, but Workers and Dead, which admission calls on its
+// own goroutines, are safe for concurrent use.
+type Gossip struct {
+	cfg  Config
+	node *membership.Node
+	meta *metaPublisher
+	log  zerolog.Logger
+	// seeds are the gossip seeds but this worker's own address,
+	// namedSeed whether the seed list named this worker, and starter
+	// whether it named it first (seeds.go).
+	seeds              []string
+	namedSeed, starter bool
+	// departed are the members that left the view, with their data
+	// addresses, until gossip stops listing them there.
+	departed map[transport.PeerID]string
+}
+
+// Start starts the worker's gossip node, listed as pending (epoch 0).
+func Start(cfg Config) (*Gossip, error) {
+	g := &Gossip{cfg: cfg, log: cfg.Logger, departed: map[transport.PeerID]string{}}
+	var err error
+	g.node, err = membership.Start(membership.Config{Name: cfg.Name, Listen: cfg.Listen, Advertise: cfg.Advertise,
+		Key: cfg.Key, Meta: g.nodeMeta(0, -1), Local: cfg.Local, ProbeInterval: cfg.ProbeInterval,
+		SuspicionMult: cfg.SuspicionMult, Logger: cfg.Logger, Block: cfg.Block})
+	if err != nil {
+		return nil, err
+	}
+	g.meta = newMetaPublisher(g.node, cfg.Logger)
+	return g, nil
+}
+
+// Addr is the gossip address others reach this worker at: a seed for
+// later workers.
+func (g *Gossip) Addr() string { return g.node.Addr() }
+
+// Seeds returns the seeds but this worker's own address.
+func (g *Gossip) Seeds() []string { return g.seeds }
+
+// NamedSeed says the seed list named this worker; Starter that it named
+// it first.
+func (g *Gossip) NamedSeed() bool { return g.namedSeed }
+
+// Starter says this worker is the first seed: the one that starts the job.
+func (g *Gossip) Starter() bool { return g.starter }
+
+// nodeMeta is this worker's gossip metadata at epoch and rank (0 and -1:
+// pending).
+func (g *Gossip) nodeMeta(epoch uint64, rank int) membership.Meta {
+	return membership.Meta{DataAddr: g.cfg.DataAddr, Job: g.cfg.Job, Protocol: ProtocolVersion,
+		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String()}
+}
+
+// Publish gossips, in the background, that this worker runs at epoch
+// with rank (0 and -1: pending). A nil Gossip (the static view) does
+// nothing.
+func (g *Gossip) Publish(epoch uint64, rank int) {
+	if g == nil {
+		return
+	}
+	g.meta.publish(g.nodeMeta(epoch, rank))
+}
+
+// JoinSeeds joins gossip through the seeds, retrying while they start,
+// and reports whether this worker, the first seed, is to start the job
+// (seeds.go). A seed that answers with another cluster secret fails at
+// once. ended says why ctx ended, for errors.
+func (g *Gossip) JoinSeeds(ctx context.Context, ended func(context.Context) error) (start bool, err error) {
+	var warned time.Time
+	began := time.Now()
+	for attempt := 0; ; attempt++ {
+		others, named, starter := seedRoles(g.cfg.Seeds, g.selfSeeds(ctx, g.cfg.Seeds))
+		g.seeds, g.namedSeed, g.starter = others, named, starter
+		if len(others) == 0 {
+			g.log.Info().Strs("seeds", g.cfg.Seeds).Msg("the only seed is this worker: starting the job")
+			return true, nil
+		}
+		answers, err := g.joinEach(ctx, others, starter)
+		if err != nil && isKeyMismatch(err) {
+			return false, fmt.Errorf("gyre: joining through %v: a seed does not hold this cluster secret (gossip could not be decrypted): %w",
+				others, err)
+		}
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", others, ended(ctx), err)
+		}
+		step := nextSeedStep(starter, answers, g.RunningJob(), time.Since(began) < starterPatience)
+		switch {
+		case step == stepStart:
+			// err, if any, says which seeds did not answer.
+			g.log.Info().Err(err).Strs("seeds", others).Msg("this worker is the first seed and no other seed is in a job: starting the job")
+			return true, nil
+		case step == stepPend && starter:
+			g.log.Info().Strs("seeds", others).Msg("this worker is the first seed and the job is running: joining it")
+			return false, nil
+		case step == stepPend:
+			return false, nil
+		}
+		// A warning after seedQuiet and then every seedWarnEvery: a seed
+		// started with its joiners answers within moments, but a wrong
+		// address should not wait out JoinTimeout in silence.
+		ev := g.log.Debug()
+		if time.Since(began) >= seedQuiet && time.Since(warned) >= seedWarnEvery {
+			ev, warned = g.log.Warn(), time.Now()
+		}
+		deadline, _ := ctx.Deadline()
+		msg := "no seed answers yet; retrying"
+		if starter {
+			msg = "this worker is the first seed; waiting for the seeds that do not answer, which may be in the job"
+		}
+		ev.Err(err).Strs("seeds", others).Int("attempts", attempt+1).Time("until", deadline).Msg(msg)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return false, fmt.Errorf("gyre: no seed of %v answered: %w; last attempt: %v", others, ended(ctx), err)
+		}
+	}
+}
+
+// RunningJob reports whether gossip lists a worker of the job in a view
+// besides this one.
+func (g *Gossip) RunningJob() bool { return runningJob(g.Workers(), g.cfg.Name) }
+
+// isKeyMismatch recognises memberlist's errors for gossip it cannot
+// decrypt or that is not encrypted as it requires.
+func isKeyMismatch(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"decrypt", "No installed keys", "encryption", "Encryption"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ProtocolMismatch says, with a leading "; ", that gossip lists workers
+// of this job that speak another protocol version, which this worker
+// ignores, or returns "".
+func (g *Gossip) ProtocolMismatch() string {
+	var others []string
+	for _, m := range g.node.Members() {
+		if m.MetaErr == nil && m.Meta.Role == membership.RoleWorker && m.Meta.Job == g.cfg.Job && m.Meta.Protocol != ProtocolVersion {
+			others = append(others, fmt.Sprintf("%s (protocol %d)", m.Name, m.Meta.Protocol))
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	slices.Sort(others)
+	return fmt.Sprintf("; gossip lists worker(s) of job %q that speak another protocol version than this worker's %d, and ignores them: %s (run the same gyre version everywhere)",
+		g.cfg.Job, ProtocolVersion, strings.Join(others, ", "))
+}
+
+// Workers returns the live workers of the job that gossip lists, with
+// metadata this worker can read and speaking its protocol. It is safe
+// for concurrent use.
+func (g *Gossip) Workers() []admission.Worker {
+	var out []admission.Worker
+	for _, m := range g.node.Members() {
+		if m.MetaErr != nil || m.Meta.Role != membership.RoleWorker || m.Meta.Job != g.cfg.Job ||
+			m.Meta.Protocol != ProtocolVersion || m.Meta.DataAddr == "" {
+			continue
+		}
+		out = append(out, admission.Worker{Member: vote.Member{ID: transport.PeerID(m.Name), Addr: m.Meta.DataAddr}, Epoch: m.Meta.Epoch})
+	}
+	return out
+}
+
+// Dead reports whether gossip declared id dead, and its gossip address.
+// It is safe for concurrent use.
+func (g *Gossip) Dead(id transport.PeerID) (string, bool) {
+	for _, m := range g.node.All() {
+		if transport.PeerID(m.Name) == id {
+			return m.Addr, m.State == membership.Dead
+		}
+	}
+	return "", false
+}
+
+// Members reads gossip: the workers of this job it lists live, the
+// pending ones not in the view (inView reports a view member), and those
+// in some view but not in this one. Of the latter it keeps those at the
+// newest epoch gossip lists: a member left at an older one died, or a
+// recovery is dropping it, and gossip lists it until it declares it
+// dead, seconds later. A joiner that waited to reach it stayed pending
+// that long (a job with a few seconds left finished without it).
+func (g *Gossip) Members(isMember func(transport.PeerID) bool) (live map[transport.PeerID]bool, pending, inView []vote.Member) {
+	live = make(map[transport.PeerID]bool)
+	self := transport.PeerID(g.cfg.Name)
+	var viewed []admission.Worker
+	newest := uint64(0)
+	for _, m := range g.Workers() {
+		live[m.ID] = true
+		switch {
+		case m.ID == self, isMember(m.ID), g.departed[m.ID] == m.Addr:
+		case m.Epoch == 0:
+			pending = append(pending, m.Member)
+		default:
+			viewed = append(viewed, m)
+			newest = max(newest, m.Epoch)
+		}
+	}
+	for _, m := range viewed {
+		if m.Epoch == newest {
+			inView = append(inView, m.Member)
+		}
+	}
+	return live, pending, inView
+}
+
+// Pending returns the joiners gossip lists pending outside the view
+// (isMember), and forgets the departed members that gossip has seen go
+// or lists back elsewhere.
+func (g *Gossip) Pending(isMember func(transport.PeerID) bool) []vote.Member {
+	live, pending, _ := g.Members(isMember)
+	for id := range g.departed {
+		if !live[id] || slices.ContainsFunc(pending, func(m vote.Member) bool { return m.ID == id }) {
+			delete(g.departed, id) // gossip has seen it go, or it is back elsewhere
+		}
+	}
+	return pending
+}
+
+// Depart records members that left the view: gossip may list them, with
+// their metadata of before they joined, for a while yet, and they must
+// not look like joiners.
+func (g *Gossip) Depart(ms []vote.Member) {
+	for _, m := range ms {
+		g.departed[m.ID] = m.Addr
+	}
+}
+
+// Regossip joins gossip again, every regossipEvery until stopped,
+// through the seeds and the gossip addresses gossip remembers for
+// members: after a partition, each side's gossip holds the other dead
+// and never probes it again.
+func (g *Gossip) Regossip(ctx context.Context, members []transport.PeerID) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			addrs := slices.Clone(g.seeds)
+			for _, m := range g.node.All() {
+				if slices.Contains(members, transport.PeerID(m.Name)) && !slices.Contains(addrs, m.Addr) {
+					addrs = append(addrs, m.Addr)
+				}
+			}
+			if len(addrs) > 0 {
+				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
+				if err := g.node.Join(jctx, addrs); err != nil {
+					g.log.Debug().Err(err).Strs("addrs", addrs).Msg("joining gossip again")
+				}
+				jcancel()
+			}
+			select {
+			case <-time.After(regossipEvery):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// regossipEvery is how often a rejoining worker joins gossip again.
+const regossipEvery = 2 * time.Second
+
+// Leave tells gossip this worker leaves, so the others list it as left
+// rather than dead. When the whole job ends together nobody may be left
+// to hear it, which is no error. A nil Gossip does nothing.
+func (g *Gossip) Leave() {
+	if g == nil {
+		return
+	}
+	g.meta.stop()
+	if err := g.node.Leave(time.Second); err != nil {
+		g.log.Debug().Err(err).Msg("leaving gossip")
+	}
+}
+
+// Close stops gossip at once; it is idempotent, and a nil Gossip does
+// nothing.
+func (g *Gossip) Close() {
+	if g == nil {
+		return
+	}
+	g.meta.stop()
+	g.node.Close()
+}

@@ -1,0 +1,594 @@
+// Package probe measures the links and kernels of a view: every pair of
+// members times small round trips and a bulk exchange, every member times
+// its reduction and bf16 kernels, and the figures, allgathered into one
+// table, give every member the same ring order (ring.ChooseOrder), cost
+// model (ring.FitCostModel) and small-message poll.
+package probe
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gyre-ml/gyre/internal/view"
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/kernels"
+	"github.com/gyre-ml/gyre/ring"
+	"github.com/gyre-ml/gyre/transport"
+)
+
+// Link probes measure every link of a view: its speed, so that the ring
+// can be ordered to cross slow links rarely (ring.ChooseOrder), and its
+// latency, which with the speed and the reduction rate makes the cost
+// model that chooses between recursive doubling and the ring
+// (ring.FitCostModel). Each pair of members times pingCount small round
+// trips each way on transport.ChanProbe, then sends probeBytes both ways
+// at once, once per view. Pairs meet in rounds of a round-robin
+// tournament, every member in at most one pair per round, so a view of n
+// probes in n-1 or n rounds and nobody's link is measured while it also
+// carries another probe of the same member. The sender of each direction
+// times it, up to the receiver's acknowledgement.
+
+const (
+	// probeBytes is what a probe sends each way: enough for a TCP or QUIC
+	// connection to leave slow start on a LAN, little enough that a view
+	// of 16 probes in about a second on a 1 Gbit/s network.
+	probeBytes = 4 << 20
+	// probeMessage is the size of one probe message.
+	probeMessage = 256 << 10
+	// pingCount is the number of round trips each side of a pair times
+	// for the latency: the median of 16 is past a first slow one (a
+	// cold path, a scheduler wakeup) and costs under a millisecond on a
+	// LAN.
+	pingCount = 16
+	// probeRoundTimeout bounds one pair's exchange. A link whose probe
+	// fails is taken at failedProbeSpeed.
+	probeRoundTimeout = 10 * time.Second
+	// failedProbeSpeed is the speed of a link whose probe failed: at
+	// most probeBytes in probeRoundTimeout, about 0.4 MB/s. Taking it as
+	// that slow, rather than unknown, makes ChooseOrder avoid the link and
+	// the cost model count it as the ring's slowest.
+	failedProbeSpeed = int64(probeBytes / (probeRoundTimeout / time.Second))
+	// minOrderedRing is the smallest view whose order matters: every ring
+	// of 3 or fewer members is the same ring.
+	minOrderedRing = 4
+	// reduceProbeBytes is the buffer the reduction rate is timed on: one
+	// default pipeline chunk, reduced on one core as the ring reduces it.
+	reduceProbeBytes = ring.DefaultChunkBytes
+)
+
+// DefaultReprobeEvery is how often, in iterations, a view that keeps its
+// members probes its links again, so that the ring follows links whose
+// speed changed (traffic of other jobs, a rerouted uplink): rarely, as a
+// probe round pauses training for a few hundred milliseconds. Tests
+// shorten it per worker.
+const DefaultReprobeEvery = 1000
+
+// Flags of probe messages: a probe's payload has none.
+const (
+	probeAck  = 1 // the receiver has the payload
+	probePing = 2 // a latency round trip's question
+	probePong = 3 // and its answer
+)
+
+// smallPoll is how long the receives of a small collective poll before
+// they sleep on a rank with a core of its own: a few round trips on
+// loopback or a LAN. On this project's 2-core VM it took a 4 KiB
+// allreduce of 2 ranks from 25-31 us to 9.5-11.6 us; with 4 ranks on the
+// 2 cores, polling made it 1.7 times slower, hence only with a core each.
+const smallPoll = 50 * time.Microsecond
+
+// Env is what a probe needs of its worker.
+type Env struct {
+	T transport.Transport
+	// Order says the ring is ordered from the probes (RingOrder auto);
+	// Tune that the cost model and the poll come from them (Algo or
+	// Compress auto).
+	Order, Tune bool
+	// Seq tells this probe's messages from an earlier one's: the
+	// iteration it runs at.
+	Seq uint64
+	Log zerolog.Logger
+	// Fail, if set, is called as the probes begin (a test's failpoint);
+	// Span, if set, hears how long they took.
+	Fail func()
+	Span func(name string, start time.Time)
+}
+
+// Run measures v's links and returns what they give: the ring order
+// with Order and minOrderedRing or more members, the cost model and the
+// poll with Tune and 2 or more. Every member probes, the figures are
+// allgathered on the control channel into one table, and every member
+// derives the same order and model from it. The order changes who
+// passes to whom on the data channel, never the ranks.
+func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
+	n := len(v.IDs)
+	ordering := env.Order && n >= minOrderedRing
+	tuning := env.Tune && n >= 2
+	if !ordering && !tuning {
+		return view.Probed{}, nil
+	}
+	if env.Fail != nil {
+		env.Fail()
+	}
+	start := time.Now()
+	t, err := probeTable(ctx, env, v)
+	if err != nil {
+		return view.Probed{}, err
+	}
+	if env.Span != nil {
+		env.Span("link probes", start)
+	}
+	var p view.Probed
+	order, _ := v.Ordered()
+	if ordering {
+		order, p.Order = chooseOrder(env.Log, v, t.speeds())
+	}
+	if tuning {
+		hosts := v.Hosts()
+		m := ring.FitCostModel(t.probes(hosts), order)
+		p.Model = &m
+		poll := time.Duration(0)
+		if t.cpuShares(hosts)[v.Rank] >= 1 {
+			poll = smallPoll
+		}
+		p.Poll = &poll
+		env.Log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
+			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
+			Int64("poll_us", poll.Microseconds()).Dur("took", time.Since(start)).Msg("cost model from link probes")
+	}
+	return p, nil
+}
+
+// chooseOrder returns the ring order speed gives, and it again as
+// changed if it differs from v's current one (else nil).
+func chooseOrder(log zerolog.Logger, v *view.View, speed [][]int64) (order, changed []int) {
+	n := len(v.IDs)
+	order = ring.ChooseOrder(speed)
+	if cur, probed := v.Ordered(); probed && slices.Equal(order, cur) {
+		log.Debug().Ints("order", v.RingOrder()).Msg("ring order kept after link probes")
+		return order, nil
+	}
+	log.Info().Ints("order", order).Float64("slowest_link_mb_s", slowestLink(speed, order)/1e6).
+		Float64("address_order_slowest_mb_s", slowestLink(speed, ring.RankOrder(n))/1e6).
+		Msg("ring ordered from link probes")
+	return order, order
+}
+
+// table is every member's probe figures, a row per rank: its send
+// speed to every rank (bytes per second), its latency to every rank
+// (nanoseconds), then its kernel rates (kernelRates, bytes per second),
+// the cores it may use and the CPUs online on its host, both in
+// thousandths (coresUsable, coresOnline), and a hash of its machine's
+// boot id (machineID); 0 where unknown.
+type table struct {
+	n    int
+	rows []int64
+}
+
+// Kernel rates at the end of a probe table's row.
+const (
+	rateReduce = iota // float32 sum
+	rateEncode        // float32 to bf16
+	rateDecode        // bf16 summed into float32
+	kernelRates
+	coresUsable = kernelRates     // after the rates: kernels.Device.Usable
+	coresOnline = kernelRates + 1 // kernels.Device.Online
+	machineID   = kernelRates + 2 // machineHash(kernels.Device.Boot)
+	rowTail     = kernelRates + 3
+)
+
+// machineHash is a boot id as a probe table's figure: FNV-1a, 0 for an
+// unknown one.
+func machineHash(boot string) int64 {
+	if boot == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(boot))
+	return int64(h.Sum64() | 1)
+}
+
+// kernelStagger separates the kernel timings of ranks that share a host,
+// so that each times them on a core of its own: the timings take a few
+// milliseconds.
+const kernelStagger = 20 * time.Millisecond
+
+// newTable returns an empty table for n members.
+func newTable(n int) table {
+	return table{n: n, rows: make([]int64, n*(2*n+rowTail))}
+}
+
+// row returns rank r's row.
+func (t table) row(r int) []int64 {
+	w := 2*t.n + rowTail
+	return t.rows[r*w : (r+1)*w : (r+1)*w]
+}
+
+// speeds returns the speed table, [from][to].
+func (t table) speeds() [][]int64 {
+	out := make([][]int64, t.n)
+	for r := range out {
+		out[r] = t.row(r)[:t.n]
+	}
+	return out
+}
+
+// probes returns the table as ring.Probes, for members on hosts (a rank's
+// host, in rank order). The bf16 rates were timed on a core of one's own
+// (kernelStagger); in a collective, ranks that share a host share its
+// CPUs, so the rates are scaled to each rank's share (cpuShares). The
+// float32 reduction is left alone: at tens of GB/s it is cheap beside
+// any link, while the bf16 kernels run at a few GB/s and decide whether
+// compression pays.
+func (t table) probes(hosts []string) ring.Probes {
+	n := t.n
+	p := ring.Probes{Speed: make([][]float64, n), Latency: make([][]float64, n),
+		Reduce: make([]float64, n), Encode: make([]float64, n), Decode: make([]float64, n)}
+	shares := t.cpuShares(hosts)
+	for r := range n {
+		row := t.row(r)
+		p.Speed[r], p.Latency[r] = make([]float64, n), make([]float64, n)
+		for j := range n {
+			p.Speed[r][j] = float64(row[j])
+			p.Latency[r][j] = float64(row[n+j]) / 1e9
+		}
+		rates := row[2*n:]
+		p.Reduce[r] = float64(rates[rateReduce])
+		p.Encode[r] = float64(rates[rateEncode]) * shares[r]
+		p.Decode[r] = float64(rates[rateDecode]) * shares[r]
+	}
+	return p
+}
+
+// cpuShares returns each rank's share of a core (cpuShares), for members
+// on hosts. Ranks that reported a boot id are grouped by it, so that
+// network namespaces or containers on one machine count as the one
+// machine they are; the others by their address's host.
+func (t table) cpuShares(hosts []string) []float64 {
+	usable, online := make([]int64, t.n), make([]int64, t.n)
+	machines := slices.Clone(hosts)
+	for r := range t.n {
+		row := t.row(r)[2*t.n:]
+		usable[r], online[r] = row[coresUsable], row[coresOnline]
+		if id := row[machineID]; id != 0 {
+			machines[r] = fmt.Sprintf("boot %x", uint64(id))
+		}
+	}
+	return cpuShares(machines, usable, online)
+}
+
+// probeTable measures this worker's links and kernels and allgathers
+// every member's figures on the control channel.
+func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
+	n := len(v.IDs)
+	t := newTable(n)
+	own := t.row(v.Rank)
+	probeLinks(ctx, env, v, own[:n], own[n:2*n])
+	hosts := v.Hosts()
+	before := 0 // ranks of this host before this one
+	for r := range v.Rank {
+		if hosts[r] == hosts[v.Rank] {
+			before++
+		}
+	}
+	select {
+	case <-time.After(time.Duration(before) * kernelStagger):
+	case <-ctx.Done():
+		return t, ctx.Err()
+	}
+	measureKernels(own[2*n : 2*n+kernelRates])
+	d := kernels.Probe()
+	own[2*n+coresUsable], own[2*n+coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
+	own[2*n+machineID] = machineHash(d.Boot)
+	if err := ring.AllGather(ctx, v.Ctrl, t.rows); err != nil {
+		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
+	}
+	if e := env.Log.Debug(); e.Enabled() {
+		rows := make([]string, n)
+		for r := range n {
+			rows[r] = fmt.Sprint(mbPerSec(t.row(r)[:n]), " lat_us ", usOf(t.row(r)[n:2*n]))
+		}
+		e.Strs("links", rows).Msg("link speeds (MB/s) and latencies, a row per sender")
+	}
+	return t, nil
+}
+
+// measureKernels times, on this core, the kernels the cost model needs
+// over reduceProbeBytes of float32, into rates (bytes of float32 per
+// second, 0 if a kernel failed): the best of a few runs each, as a run
+// can only be slowed.
+func measureKernels(rates []int64) {
+	x, y := make([]float32, reduceProbeBytes/4), make([]float32, reduceProbeBytes/4)
+	half := make([]uint16, len(x))
+	runs := [kernelRates]func() error{
+		rateReduce: func() error { return kernels.Reduce(kernels.OpSum, x, y) },
+		rateEncode: func() error { return kernels.EncodeBF16(half, x) },
+		rateDecode: func() error { return kernels.ReduceBF16(kernels.OpSum, x, half) },
+	}
+	for k, run := range runs {
+		best := time.Duration(math.MaxInt64)
+		for range 4 {
+			start := time.Now()
+			if err := run(); err != nil {
+				best = 0
+				break
+			}
+			best = min(best, time.Since(start))
+		}
+		if best > 0 {
+			rates[k] = int64(float64(reduceProbeBytes) / max(best, time.Microsecond).Seconds())
+		}
+	}
+}
+
+// usOf converts nanoseconds to whole microseconds, for logs.
+func usOf(ns []int64) []int64 {
+	out := make([]int64, len(ns))
+	for i, v := range ns {
+		out[i] = v / 1e3
+	}
+	return out
+}
+
+// mbPerSec converts speeds in bytes per second to whole MB/s, for logs.
+func mbPerSec(speed []int64) []int64 {
+	out := make([]int64, len(speed))
+	for i, s := range speed {
+		out[i] = s / 1e6
+	}
+	return out
+}
+
+// slowestLink returns the slowest link of the ring through order, in
+// bytes per second, taking each pair's faster direction as ChooseOrder
+// does.
+func slowestLink(speed [][]int64, order []int) float64 {
+	slowest := int64(-1)
+	for i, a := range order {
+		b := order[(i+1)%len(order)]
+		if s := max(speed[a][b], speed[b][a]); slowest < 0 || s < slowest {
+			slowest = s
+		}
+	}
+	return float64(slowest)
+}
+
+// probeLinks measures this worker's send speed (bytes per second) and
+// latency (nanoseconds) to every other member of vs into speed and
+// latency, by rank. A link whose probe failed is logged and taken at
+// failedProbeSpeed, with its latency if the round trips were timed
+// before the failure (else 0, unknown).
+func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int64) {
+	n := len(v.IDs)
+	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
+	for round := range probeRounds(n) {
+		peer := probePartner(n, v.Rank, round)
+		if peer < 0 {
+			continue
+		}
+		p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf,
+			hdr: wire.Header{Kind: wire.KindProbe, Epoch: v.Epoch, Seq: env.Seq, Step: uint32(round)}}
+		rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
+		s, l, err := p.exchange(rctx, v.Rank < peer)
+		cancel()
+		if err != nil {
+			env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
+				Msg("link probe failed; the ring avoids the link")
+			s = failedProbeSpeed
+		}
+		speed[peer], latency[peer] = s, l.Nanoseconds()
+	}
+}
+
+// probeRounds is the number of rounds of n members' round-robin
+// tournament.
+func probeRounds(n int) int {
+	if n < 2 {
+		return 0
+	}
+	return n + n%2 - 1
+}
+
+// probePartner returns rank's partner in round k of probeRounds(n), or -1
+// if it sits the round out (n odd). It is the circle method: with m
+// players (n, plus a bye when n is odd), player m-1 meets player k, and
+// every other player i meets the j with i+j ≡ 2k (mod m-1).
+func probePartner(n, rank, k int) int {
+	m := n + n%2
+	var p int
+	switch rank {
+	case m - 1:
+		p = k
+	case k:
+		p = m - 1
+	default:
+		p = ((2*k-rank)%(m-1) + m - 1) % (m - 1)
+	}
+	if p >= n {
+		return -1
+	}
+	return p
+}
+
+// prober runs one pair's exchange on ChanProbe. Messages of another
+// probe (a different epoch, generation or round: the leftovers of an
+// exchange cut off by its deadline) are skipped.
+type prober struct {
+	t    transport.Transport
+	peer transport.PeerID
+	hdr  wire.Header // Kind, Epoch, Seq (generation) and Step (round)
+	buf  []byte      // what this side sends
+	rbuf []byte      // what it receives
+}
+
+// exchange times the latency, this side's pings first if first, then
+// probes both directions at once, and returns this side's send speed in
+// bytes per second and its latency to the peer. The round trips come
+// first because they leave the two sides in step, within a round trip of
+// each other: a side that started the bulk probe while its peer was still
+// busy elsewhere would count the wait as transfer time. On failure the
+// latency is returned if it was timed.
+func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency time.Duration, err error) {
+	if first {
+		if latency, err = p.ping(ctx); err == nil {
+			err = p.pong(ctx)
+		}
+	} else if err = p.pong(ctx); err == nil {
+		latency, err = p.ping(ctx)
+	}
+	if err != nil {
+		return 0, latency, err
+	}
+	speed, err = p.both(ctx)
+	return speed, latency, err
+}
+
+// ping times pingCount round trips of an empty message and returns half
+// the median.
+func (p prober) ping(ctx context.Context) (time.Duration, error) {
+	rtts := make([]time.Duration, pingCount)
+	h := p.hdr
+	h.Flags = probePing
+	for i := range rtts {
+		h.Chunk = uint32(i)
+		start := time.Now()
+		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, nil); err != nil {
+			return 0, fmt.Errorf("gyre: ping %s: %w", p.peer, err)
+		}
+		if err := p.await(ctx, probePong); err != nil {
+			return 0, err
+		}
+		rtts[i] = time.Since(start)
+	}
+	slices.Sort(rtts)
+	return max(rtts[len(rtts)/2]/2, time.Nanosecond), nil
+}
+
+// pong answers the peer's pingCount pings.
+func (p prober) pong(ctx context.Context) error {
+	h := p.hdr
+	h.Flags = probePong
+	for i := range pingCount {
+		if err := p.await(ctx, probePing); err != nil {
+			return err
+		}
+		h.Chunk = uint32(i)
+		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, nil); err != nil {
+			return fmt.Errorf("gyre: answer the ping of %s: %w", p.peer, err)
+		}
+	}
+	return nil
+}
+
+// both sends probeBytes to the peer while the peer sends as many back,
+// as an allreduce's links carry data both ways at once, and returns this
+// side's send speed: probeBytes over the time from the first send to the
+// peer's acknowledgement. (One way at a time, loopback TCP measured
+// twice the speed an allreduce gets from it.) The payloads go from a
+// goroutine of their own while this one reads the peer's payloads and
+// acknowledgement, the only reader of the probe channel.
+func (p prober) both(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const count = probeBytes / probeMessage
+	start := time.Now()
+	sent := make(chan error, 1)
+	go func() {
+		for i := range count {
+			h := p.hdr
+			h.Chunk = uint32(i)
+			if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf); err != nil {
+				sent <- fmt.Errorf("gyre: probe %s: %w", p.peer, err)
+				return
+			}
+		}
+		sent <- nil
+	}()
+	got, elapsed, err := 0, time.Duration(0), error(nil)
+	for err == nil && (got < count || elapsed == 0) {
+		var h wire.Header
+		if h, _, err = p.t.Recv(ctx, p.peer, transport.ChanProbe, p.rbuf); err != nil {
+			err = fmt.Errorf("gyre: probe of %s: %w", p.peer, err)
+			break
+		}
+		if !p.ours(h) {
+			continue
+		}
+		switch {
+		case h.Flags == 0 && got < count:
+			if got++; got == count {
+				ack := p.hdr
+				ack.Flags = probeAck
+				if err = p.t.Send(ctx, p.peer, transport.ChanProbe, ack, nil); err != nil {
+					err = fmt.Errorf("gyre: acknowledge the probe of %s: %w", p.peer, err)
+				}
+			}
+		case h.Flags == probeAck && elapsed == 0:
+			elapsed = max(time.Since(start), time.Microsecond)
+		default:
+			err = fmt.Errorf("gyre: probe of %s out of step: flags %d after %d payloads", p.peer, h.Flags, got)
+		}
+	}
+	if err != nil {
+		cancel()
+	}
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int64(float64(probeBytes) / elapsed.Seconds()), nil
+}
+
+// ours reports whether h belongs to this exchange (as opposed to a
+// leftover of an earlier probe).
+func (p prober) ours(h wire.Header) bool {
+	return h.Kind == wire.KindProbe && h.Epoch == p.hdr.Epoch && h.Seq == p.hdr.Seq && h.Step == p.hdr.Step
+}
+
+// await reads the next message of this exchange with the given flags,
+// skipping those of other probes.
+func (p prober) await(ctx context.Context, flags uint8) error {
+	for {
+		h, _, err := p.t.Recv(ctx, p.peer, transport.ChanProbe, p.rbuf)
+		if err != nil {
+			return fmt.Errorf("gyre: probe of %s: %w", p.peer, err)
+		}
+		if p.ours(h) {
+			if h.Flags != flags {
+				return fmt.Errorf("gyre: probe of %s out of step: flags %d, want %d", p.peer, h.Flags, flags)
+			}
+			return nil
+		}
+	}
+}
+
+// cpuShares returns each rank's share of a core: 1, or less where the
+// rank may use less than a core (usable, its cgroup quota or affinity),
+// or where more ranks share its host (hosts, by rank) than the host has
+// CPUs online to give one each. usable and online are each rank's
+// reports, in thousandths; 0 is unknown and limits nothing.
+func cpuShares(hosts []string, usable, online []int64) []float64 {
+	count := map[string]int{}
+	for _, h := range hosts {
+		count[h]++
+	}
+	shares := make([]float64, len(hosts))
+	for r, h := range hosts {
+		shares[r] = 1
+		if u := float64(usable[r]) / 1000; u > 0 {
+			shares[r] = min(shares[r], u)
+		}
+		if o := float64(online[r]) / 1000; o > 0 {
+			shares[r] = min(shares[r], o/float64(count[h]))
+		}
+	}
+	return shares
+}

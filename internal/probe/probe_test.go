@@ -1,0 +1,178 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/transport"
+	"github.com/gyre-ml/gyre/transport/mem"
+)
+
+// TestProbePartners: in the probe tournament every pair of members meets
+// exactly once, partners agree, and nobody has two partners in a round.
+func TestProbePartners(t *testing.T) {
+	for n := 1; n <= 17; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			met := map[[2]int]int{}
+			for k := range probeRounds(n) {
+				for r := range n {
+					p := probePartner(n, r, k)
+					switch {
+					case p == -1:
+						continue
+					case p < 0 || p >= n || p == r:
+						t.Fatalf("round %d: rank %d's partner is %d", k, r, p)
+					case probePartner(n, p, k) != r:
+						t.Fatalf("round %d: rank %d meets %d, who meets %d", k, r, p, probePartner(n, p, k))
+					}
+					if r < p {
+						met[[2]int{r, p}]++
+					}
+				}
+			}
+			if want := n * (n - 1) / 2; len(met) != want {
+				t.Fatalf("%d pairs met, want %d", len(met), want)
+			}
+			for pair, times := range met {
+				if times != 1 {
+					t.Fatalf("pair %v met %d times", pair, times)
+				}
+			}
+		})
+	}
+}
+
+// probePair returns two probers of one exchange, a and b, over a mem
+// network whose links both ways are l.
+func probePair(t *testing.T, l mem.Link) (a, b prober) {
+	t.Helper()
+	net := mem.NewNetwork(1)
+	ids := []transport.PeerID{"a", "b"}
+	trs := make([]*mem.Transport, 2)
+	for i, id := range ids {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	for i, tr := range trs {
+		if err := tr.Connect(t.Context(), ids[1-i], string(ids[1-i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net.SetLink(ids[0], ids[1], l)
+	net.SetLink(ids[1], ids[0], l)
+	hdr := wire.Header{Kind: wire.KindProbe, Epoch: 3, Seq: 7, Step: 1}
+	mk := func(i int) prober {
+		return prober{t: trs[i], peer: ids[1-i], hdr: hdr, buf: make([]byte, probeMessage), rbuf: make([]byte, probeMessage)}
+	}
+	return mk(0), mk(1)
+}
+
+// TestProbeExchange: two sides of a probe measure a speed and a latency
+// that follow the link, skipping a leftover of an earlier round; a side
+// whose peer never shows up fails by its deadline, and leaves no
+// goroutine behind.
+func TestProbeExchange(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const delay = 5 * time.Millisecond
+	a, b := probePair(t, mem.Link{Delay: delay})
+	stale := a.hdr
+	stale.Step = 0 // an earlier round's payload, cut off by its deadline
+	if err := b.t.Send(t.Context(), b.peer, transport.ChanProbe, stale, b.buf[:100]); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		speed   int64
+		latency time.Duration
+		err     error
+	}
+	res := make([]result, 2)
+	var wg sync.WaitGroup
+	for i, p := range []prober{a, b} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			res[i].speed, res[i].latency, res[i].err = p.exchange(ctx, i == 0)
+		})
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.err != nil {
+			t.Fatalf("side %d: %v", i, r.err)
+		}
+		// Every message waits delay, so probeBytes take at least one
+		// delay: a speed above probeBytes/delay would be wrong.
+		if r.speed <= 0 || r.speed > int64(float64(probeBytes)/delay.Seconds()) {
+			t.Errorf("side %d: speed %d B/s, want above 0 and at most %d", i, r.speed, int64(float64(probeBytes)/delay.Seconds()))
+		}
+		if r.latency < delay || r.latency > 20*delay {
+			t.Errorf("side %d: latency %v over a link that delays %v", i, r.latency, delay)
+		}
+	}
+
+	lone, _ := probePair(t, mem.Link{})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, _, err := lone.exchange(ctx, true); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a probe with no peer: %v, want the deadline", err)
+	}
+}
+
+// TestCPUShares: ranks alone on their host, or no more than its CPUs,
+// get a whole core; four ranks on a 2-CPU host get half of one each; a
+// rank whose quota is a quarter core gets that; ranks pinned to 4 cores
+// each of a 64-CPU host get a whole one; unknown figures limit nothing.
+func TestCPUShares(t *testing.T) {
+	hosts := []string{"10.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.3", "10.0.0.3", "10.0.0.4", "10.0.0.4"}
+	usable := []int64{8000, 2000, 2000, 2000, 2000, 250, 0, 4000, 4000}
+	online := []int64{8000, 2000, 2000, 2000, 2000, 2000, 0, 64000, 64000}
+	want := []float64{1, 0.5, 0.5, 0.5, 0.5, 0.25, 1, 1, 1}
+	if got := cpuShares(hosts, usable, online); !slices.Equal(got, want) {
+		t.Errorf("shares %v, want %v", got, want)
+	}
+	// Through the table: two ranks on one 1-CPU host see half their
+	// bf16 rates, and the float32 reduction rate is left alone.
+	tb := newTable(2)
+	for r := range 2 {
+		row := tb.row(r)
+		row[4+rateReduce], row[4+rateEncode], row[4+rateDecode] = 8e9, 2e9, 4e9
+		row[4+coresUsable], row[4+coresOnline] = 1000, 1000
+	}
+	p := tb.probes([]string{"h", "h"})
+	if p.Reduce[0] != 8e9 || p.Encode[1] != 1e9 || p.Decode[0] != 2e9 {
+		t.Errorf("probes: reduce %v, encode %v, decode %v", p.Reduce, p.Encode, p.Decode)
+	}
+
+	// Boot ids group ranks by machine, over their addresses: four
+	// network namespaces of one 2-CPU machine share its cores, and two
+	// machines behind one address do not.
+	tb = newTable(4)
+	for r := range 4 {
+		row := tb.row(r)[8:]
+		row[coresUsable], row[coresOnline] = 2000, 2000
+		row[machineID] = machineHash("boot-a")
+	}
+	if got := tb.cpuShares([]string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}); !slices.Equal(got, []float64{0.5, 0.5, 0.5, 0.5}) {
+		t.Errorf("four namespaces of one machine: shares %v, want half a core each", got)
+	}
+	tb.row(1)[8+machineID] = machineHash("boot-b")
+	tb.row(2)[8+machineID] = machineHash("boot-c")
+	tb.row(3)[8+machineID] = 0 // unknown: grouped by its address
+	if got := tb.cpuShares([]string{"nat", "nat", "10.0.0.3", "10.0.0.3"}); !slices.Equal(got, []float64{1, 1, 1, 1}) {
+		t.Errorf("four machines, two behind one address: shares %v, want a core each", got)
+	}
+	if machineHash("") != 0 || machineHash("x") == 0 {
+		t.Errorf("machineHash: %d for none, %d for one", machineHash(""), machineHash("x"))
+	}
+}
