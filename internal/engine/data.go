@@ -205,7 +205,7 @@ func (e *Engine) peerLost(v *view.View, err error) error {
 	if err == nil || !errors.Is(err, transport.ErrPeerGone) {
 		return nil
 	}
-	if r, p, ok := e.blame(v, err); ok {
+	if r, p, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
 		return e.peerLostError(e.it.iter, r, p, err)
 	}
 	return nil

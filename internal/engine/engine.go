@@ -373,9 +373,6 @@ func (e *Engine) Resumed() (Resumed, bool) { return e.ckpt.resumed, e.ckpt.resum
 // MetricsAddr returns the address the metrics are served on, "" if none.
 func (e *Engine) MetricsAddr() string { return e.rep.MetricsAddr() }
 
-// Observer returns what the worker reports to, nil for nothing.
-func (e *Engine) Observer() obs.Observer { return e.rep.Observer }
-
 // RequestLeave asks for this worker to leave at the next boundary; safe
 // from any goroutine.
 func (e *Engine) RequestLeave() { e.members.leaveReq.Store(true) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/config"
@@ -113,7 +112,7 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 		case <-e.life.Done():
 			return Change{}, errs.Closed
 		case <-quorum.C:
-			return Change{}, e.noQuorum(inst, cause)
+			return Change{}, rc.NoQuorum(inst, e.cfg.QuorumTimeout, cause)
 		}
 		if roundAt.IsZero() && rc.Rank.Recovering() {
 			roundAt = time.Now()
@@ -150,7 +149,7 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 			continue
 		}
 		o := *installed
-		agreed, heard := time.Now(), e.lastHeardOf(o.Lost)
+		agreed, heard := time.Now(), rc.LastHeardOf(o.Lost)
 		if heard.IsZero() || heard.After(start) {
 			heard = start // no heartbeat before the failure: count from it
 		}
@@ -185,42 +184,6 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 			Msg("recovered: the job goes on without the lost members")
 		return ch, nil
 	}
-}
-
-// lastHeardOf is when the latest heartbeat of the lost members arrived:
-// for a killed worker, about when it died. The time since is the whole
-// cost of the loss to this worker, detection included. Zero if none of
-// them was watched.
-func (e *Engine) lastHeardOf(lost []recovery.ID) time.Time {
-	var last time.Time
-	for _, id := range lost {
-		if t := e.live.LastHeard(transport.PeerID(id)); t.After(last) {
-			last = t
-		}
-	}
-	return last
-}
-
-// noQuorum is the error of a recovery that found no majority.
-func (e *Engine) noQuorum(v recovery.View, cause error) error {
-	var reach, gone []string
-	now := time.Now()
-	voters := v.Voters()
-	for _, m := range voters {
-		p := transport.PeerID(m)
-		switch {
-		case p == transport.PeerID(e.cfg.Name):
-			reach = append(reach, fmt.Sprintf("rank %d %s (this worker)", v.Rank(m), m))
-		case e.rec.SilentAt(p, now):
-			gone = append(gone, fmt.Sprintf("rank %d %s", v.Rank(m), m))
-		default:
-			reach = append(reach, fmt.Sprintf("rank %d %s", v.Rank(m), m))
-		}
-	}
-	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
-		"it does not hear %s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
-		errs.NoQuorum, len(reach), len(voters), v.Epoch, strings.Join(reach, ", "), len(voters)/2+1,
-		strings.Join(gone, ", "), e.cfg.QuorumTimeout, cause)
 }
 
 // installRecovered starts the view a recovery installed: it builds its
@@ -297,34 +260,6 @@ func (e *Engine) takeRecovered(ctx context.Context, root int, want recovery.Comm
 		return fmt.Errorf("%w: rank %d (%s) sent iteration %d, but reported %d", errs.Diverged, root, holder, e.it.iter, want.Iter)
 	}
 	return e.state.Commit(e.it.iter)
-}
-
-// watchMembers returns a context that ends, with a lost-peer cause, when
-// the heartbeats say a member of v other than this worker is gone.
-func (e *Engine) watchMembers(ctx context.Context, v *view.View) (context.Context, func()) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(e.rec.Tick())
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-wctx.Done():
-				return
-			case <-tick.C:
-			}
-			for r, id := range v.IDs {
-				if r != v.Rank && e.rec.Silent(id) {
-					cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
-						r, id, v.Epoch, e.cfg.PeerTimeout, transport.ErrPeerGone))
-					return
-				}
-			}
-		}
-	}()
-	return wctx, func() { close(done); cancel(nil) }
 }
 
 // silentCause is err, or the loss of a member that ended ctx with it.

@@ -140,7 +140,7 @@ func (e *Engine) bringUp(ctx context.Context, v *view.View, nv newView) error {
 		// silent since has died too: recover again without it at once
 		// rather than dial it, or wait on its state, until ConnectTimeout.
 		var stop func()
-		ctx, stop = e.watchMembers(ctx, v)
+		ctx, stop = e.rec.Watch(ctx, v.Epoch, v.IDs, v.Rank)
 		defer stop()
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})

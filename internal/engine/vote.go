@@ -2,10 +2,8 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/admission"
@@ -52,7 +50,7 @@ func (e *Engine) lost(v *view.View, iter int64, err error) error {
 		return errs.Closed
 	}
 	if lostPeer(err) { // ErrNotConnected: a failed send abandoned the link
-		if r, p, ok := e.blame(v, err); ok {
+		if r, p, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
 			return e.peerLostError(iter, r, p, err)
 		}
 	}
@@ -61,49 +59,6 @@ func (e *Engine) lost(v *view.View, iter int64, err error) error {
 	}
 	return fmt.Errorf("gyre: boundary of iteration %d: vote: %w", iter, err)
 }
-
-// blame names the member lost when err, a peer-gone failure, ended a
-// collective: the member unheard for longest, if any has been silent past
-// PeerTimeout; else, after blameGrace, the member whose heartbeat
-// connection broke first; else the peer err names. Liveness comes first
-// because a crash is often seen through its consequences: a survivor that
-// learned of it first and gave up closes its connections at once, so the
-// peer err names may be that survivor, while the crashed member's silence
-// takes PeerTimeout to show and its broken connections (a killed process's
-// reset) came first. Every survivor blames the crashed one all the same.
-func (e *Engine) blame(v *view.View, err error) (int, transport.PeerID, bool) {
-	now, best, longest := time.Now(), -1, e.cfg.PeerTimeout
-	for r, id := range v.IDs {
-		if r == v.Rank {
-			continue
-		}
-		if silent := now.Sub(e.live.LastHeard(id)); silent > longest {
-			best, longest = r, silent
-		}
-	}
-	if best >= 0 {
-		return best, v.IDs[best], true
-	}
-	time.Sleep(blameGrace) // every break of the moment has been seen
-	var first time.Time
-	for r, id := range v.IDs {
-		if at, ok := e.live.Broken(id); ok && r != v.Rank && (best < 0 || at.Before(first)) {
-			best, first = r, at
-		}
-	}
-	if best >= 0 {
-		return best, v.IDs[best], true
-	}
-	if p, ok := transport.PeerOf(err); ok {
-		return v.RankOf(p), p, true
-	}
-	return -1, "", false
-}
-
-// blameGrace is how long blame waits for the heartbeat connections to
-// report breaks that happened at the same moment as the one that ended the
-// collective.
-const blameGrace = 100 * time.Millisecond
 
 // settle returns verdict once every worker holds the table it came from.
 // All workers judge the same table, so when one settles all do; the
@@ -189,7 +144,7 @@ func (e *Engine) agree(ctx context.Context) error {
 	if len(out) > 0 {
 		// Every worker holds the same table, so all gather alike; the
 		// digests' verdict stands if the gather fails.
-		if named, err := e.differences(ctx, v); err != nil {
+		if named, err := admission.Differences(ctx, v.Ctrl, v.IDs, v.Rank, e.fitting()); err != nil {
 			e.log.Debug().Err(err).Msg("could not gather the settings to name the difference")
 		} else if len(named) > 0 {
 			out = named
@@ -201,58 +156,6 @@ func (e *Engine) agree(ctx context.Context) error {
 	v.Shares = e.bal.CapShares(recs, v.Shares)
 	return nil
 }
-
-// differences gathers every worker's settings and state layout and names,
-// for each rank that differs from rank 0, the first difference with both
-// values: the field or tensor the user must fix, not a list of suspects.
-func (e *Engine) differences(ctx context.Context, v *view.View) ([]error, error) {
-	// A worker that cannot encode its own still takes part in both
-	// gathers, with nothing, so that none is left waiting.
-	own, ownErr := json.Marshal(e.fitting())
-	if ownErr != nil {
-		own = nil
-	}
-	n := len(v.IDs)
-	lens := make([]int64, n)
-	lens[v.Rank] = int64(len(own))
-	if err := ring.AllGather(ctx, v.Ctrl, lens); err != nil {
-		return nil, err
-	}
-	width := slices.Max(lens)
-	if width > maxFittingBytes {
-		return nil, fmt.Errorf("a worker's settings take %d bytes, more than %d", width, maxFittingBytes)
-	}
-	table := make([]byte, n*int(width))
-	copy(table[v.Rank*int(width):], own)
-	if err := v.Ctrl.AllGather(ctx, wire.DTypeBytes, table); err != nil {
-		return nil, err
-	}
-	if ownErr != nil {
-		return nil, ownErr
-	}
-	fits := make([]admission.Fitting, n)
-	for r := range fits {
-		at := r * int(width)
-		if lens[r] <= 0 || lens[r] > width {
-			return nil, fmt.Errorf("rank %d sent no settings", r)
-		}
-		if err := json.Unmarshal(table[at:at+int(lens[r])], &fits[r]); err != nil {
-			return nil, fmt.Errorf("rank %d's settings: %w", r, err)
-		}
-	}
-	var out []error
-	for r := 1; r < n; r++ {
-		if m := admission.MisfitOf(fits[0], fits[r]); m != nil {
-			out = append(out, fmt.Errorf("%w: rank %d (%s) differs from rank 0 (%s) in %s: %s at rank %d, %s at rank 0",
-				errs.Diverged, r, v.IDs[r], v.IDs[0], m.What, m.Joiner, r, m.Job))
-		}
-	}
-	return out, nil
-}
-
-// maxFittingBytes bounds a worker's encoded fitting, which describes at
-// most a fixed number of tensors.
-const maxFittingBytes = 1 << 20
 
 // confirm makes the outcome of the state broadcast known to every worker,
 // the root included, whose part of a broadcast can end before the others

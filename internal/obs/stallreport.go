@@ -6,7 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gyre-ml/gyre/liveness"
+	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -94,4 +97,70 @@ func describeStalled(st Stall) string {
 		return fmt.Sprintf("the %s's %s on the control channel", st.Step, st.Op)
 	}
 	return fmt.Sprintf("a data-channel %s (%d bytes)", st.Op, st.Bytes)
+}
+
+// Stalls makes the stall reports of a worker's collectives.
+type Stalls struct {
+	Live *liveness.Monitor
+	Log  zerolog.Logger
+	// Observer hears of each report, if it has a Stall method.
+	Observer Observer
+	// Iter is the worker's iteration; Step says what the control channel's
+	// collectives belong to (join, boundary or leave).
+	Iter func() int64
+	Step func() string
+}
+
+// StalledView is the view whose communicator stalls: its epoch, members
+// and this worker's rank, how many collectives it has begun, and, on
+// the data channel, the gradient tensors pending (nil on the control
+// channel).
+type StalledView struct {
+	Epoch   uint64
+	IDs     []transport.PeerID
+	Rank    int
+	Begun   func() uint64
+	Pending func() []string
+}
+
+// For returns the stall report of v's communicator: it logs the ranks
+// whose heartbeats say they have not reached the collective, and the
+// tensors pending, and tells the observer.
+func (st Stalls) For(v StalledView) func(ring.Stall) {
+	return func(s ring.Stall) {
+		mine := liveness.Progress{Epoch: v.Epoch, Iter: st.Iter(), Begun: v.Begun()}
+		// Only a heartbeat that came after the collective began says
+		// whether its sender has reached it.
+		began := time.Now().Add(-s.Waited)
+		peers := make([]PeerProgress, 0, len(v.IDs)-1)
+		for r, id := range v.IDs {
+			if r != v.Rank {
+				at, heard, ok := st.Live.Progress(id)
+				peers = append(peers, PeerProgress{Rank: r, At: at, Known: ok && heard.After(began)})
+			}
+		}
+		behind, unknown := NotArrived(mine, peers)
+		var pending []string
+		collective, step := StallData, ""
+		if v.Pending != nil {
+			if pending = v.Pending(); len(pending) > 0 {
+				collective = StallGradients
+			}
+		} else {
+			collective, step = StallControl, st.Step()
+		}
+		report := Stall{Collective: collective, Step: step, Op: s.Algo.Op(), Bytes: s.Bytes, Epoch: s.Epoch, Iter: mine.Iter,
+			Begun: mine.Begun, Waited: s.Waited, Rank: v.Rank, Behind: behind, Unknown: unknown, Pending: pending}
+		ev := st.Log.Warn().Str("collective", collective)
+		if step != "" {
+			ev = ev.Str("step", step)
+		}
+		ev.Str("op", report.Op).Int("bytes", s.Bytes).Uint64("epoch", s.Epoch).
+			Int64("iter", mine.Iter).Dur("waited", s.Waited).Ints("behind", NonNil(behind)).Ints("no_progress", unknown).
+			Int("awaiting_rank", s.Peer).Strs("pending", NonNil(pending)).
+			Msg(StallMessage(report, s.Peer, v.IDs, peers))
+		if so, ok := st.Observer.(StallObserver); ok {
+			so.Stall(report)
+		}
+	}
 }

@@ -7,12 +7,15 @@ package recoverer
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/errs"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/vote"
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -464,4 +467,70 @@ func (rc *Recoverer) Formers(ids []transport.PeerID) {
 	for _, id := range ids {
 		rc.formers[id] = true
 	}
+}
+
+// LastHeardOf is when the latest heartbeat of the lost members arrived:
+// for a killed worker, about when it died. The time since is the whole
+// cost of the loss to this worker, detection included. Zero if none of
+// them was watched.
+func (rc *Recoverer) LastHeardOf(lost []recovery.ID) time.Time {
+	var last time.Time
+	for _, id := range lost {
+		if t := rc.cfg.Live.LastHeard(transport.PeerID(id)); t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// NoQuorum is the error of a recovery that found no majority of v's
+// voters after waiting quorumTimeout, which began with cause.
+func (rc *Recoverer) NoQuorum(v recovery.View, quorumTimeout time.Duration, cause error) error {
+	var reach, gone []string
+	now := time.Now()
+	voters := v.Voters()
+	for _, m := range voters {
+		p := transport.PeerID(m)
+		switch {
+		case p == rc.cfg.Self:
+			reach = append(reach, fmt.Sprintf("rank %d %s (this worker)", v.Rank(m), m))
+		case rc.SilentAt(p, now):
+			gone = append(gone, fmt.Sprintf("rank %d %s", v.Rank(m), m))
+		default:
+			reach = append(reach, fmt.Sprintf("rank %d %s", v.Rank(m), m))
+		}
+	}
+	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
+		"it does not hear %s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
+		errs.NoQuorum, len(reach), len(voters), v.Epoch, strings.Join(reach, ", "), len(voters)/2+1,
+		strings.Join(gone, ", "), quorumTimeout, cause)
+}
+
+// Watch returns a context that ends, with a lost-peer cause, when the
+// heartbeats say a member of the view of epoch (ids, this worker at
+// self) other than this worker is gone.
+func (rc *Recoverer) Watch(ctx context.Context, epoch uint64, ids []transport.PeerID, self int) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(rc.Tick())
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			for r, id := range ids {
+				if r != self && rc.Silent(id) {
+					cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
+						r, id, epoch, rc.cfg.PeerTimeout, transport.ErrPeerGone))
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() { close(done); cancel(nil) }
 }
