@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gyre-ml/gyre/transport"
 )
@@ -174,9 +174,27 @@ func CompareMembers(a, b Member) int {
 	return cmp.Or(cmp.Compare(ap, bp), cmp.Compare(a.ID, b.ID))
 }
 
+// splitAddr splits host:port, or [host]:port, as net.SplitHostPort does,
+// without importing package net into pure code. An address it cannot
+// split is all host, with port 0.
 func splitAddr(addr string) (string, int) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	var host, port string
+	switch {
+	case strings.HasPrefix(addr, "["):
+		end := strings.IndexByte(addr, ']')
+		if end < 0 || end+1 >= len(addr) || addr[end+1] != ':' {
+			return addr, 0
+		}
+		host, port = addr[1:end], addr[end+2:]
+		if strings.ContainsAny(port, "[]") {
+			return addr, 0
+		}
+	case strings.Count(addr, ":") == 1:
+		host, port, _ = strings.Cut(addr, ":")
+		if strings.ContainsAny(addr, "[]") {
+			return addr, 0
+		}
+	default:
 		return addr, 0
 	}
 	p, _ := strconv.Atoi(port)

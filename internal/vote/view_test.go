@@ -3,8 +3,10 @@ package vote
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/gyre-ml/gyre/balance"
@@ -284,4 +286,20 @@ func reversed(ms []Member) []Member {
 	out := slices.Clone(ms)
 	slices.Reverse(out)
 	return out
+}
+
+// TestSplitAddrAsNet: splitAddr splits every address as net.SplitHostPort
+// does, and takes what it cannot split as all host.
+func TestSplitAddrAsNet(t *testing.T) {
+	for _, addr := range []string{"10.0.0.1:7946", "host-b:1", "[::1]:7947", "[fe80::1%eth0]:9", "::1", "[::1]", "r2",
+		"a:b:c", "10.0.0.1:", ":7946", "[::1]:x", "10.0.0.1:port", "]:1", "[::1]]:1", "[::1]:[2]", ""} {
+		host, port := splitAddr(addr)
+		h, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			h, p = addr, "0"
+		}
+		if want, _ := strconv.Atoi(p); host != h || port != want {
+			t.Errorf("splitAddr(%q) = %q, %d; net says %q, %q (%v)", addr, host, port, h, p, err)
+		}
+	}
 }
