@@ -12,37 +12,13 @@
 //
 // # The iteration loop
 //
-// This is the loop every trainer follows. It stays correct when the view
-// or the shares change between iterations, because the Worker, not the
-// trainer, owns the iteration number, the sampler and the committed state:
-//
-//	state := gyre.NewState().Float64("w1", w1).Float64("w2", w2).Float64("m1", m1) // params, optimizer buffers
-//	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
-//	if err != nil { ... }
-//	defer w.Close()
-//	for w.Iter() < iters {
-//		b := w.Batch()                                // this worker's sample indices
-//		loss := model.Forward(b.Indices)
-//		model.Backward(func(name string, grad []float64) {
-//			w.AllReduceAsync64(ctx, name, grad)       // local mean in, global mean out
-//		})
-//		if err := w.Wait(ctx); err != nil {           // every gradient is now the global mean
-//			log.Print(err)                            // a lost worker: Boundary recovers
-//		}
-//		sum := []float64{loss * float64(b.Share)}     // this worker's summed loss
-//		w.Reduce(ctx, gyre.ReduceSum, sum)            // sum[0] / b.Global: the global mean
-//		opt.Step()
-//		change, err := w.Boundary(ctx)                // agree on the next iteration
-//		if err != nil { ... }                         // terminal: the same on every worker
-//		if change.Redo {
-//			log.Printf("lost %v: redo from %d", change.Lost, change.Iter) // the state was replaced
-//		}
-//		if change.Left {
-//			return nil                                // RequestLeave was honoured: out of the job
-//		}
-//		w.Commit()                                    // the point a recovery returns to, after a Redo too
-//	}
-//	w.Leave(ctx)                                      // the job's end, on every worker
+// The package example (Example, below) is the loop every trainer
+// follows, run as a test: Batch, then AllReduceAsync for each gradient as
+// backward produces it, Wait, the optimizer step, Boundary, and Commit. It
+// stays correct when the view or the shares change between iterations,
+// because the Worker, not the trainer, owns the iteration number, the
+// sampler and the committed state. After the loop, Leave ends the job on
+// every worker.
 //
 // Gradients. The trainer passes each tensor's mean over its own bᵢ
 // samples, as soon as backward produces it; the Worker weights it by bᵢ/B
