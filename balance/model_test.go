@@ -92,7 +92,8 @@ func TestChangeDetection(t *testing.T) {
 	if r := published(); r != 100 {
 		t.Fatalf("after the outlier: published %v per s, want 100: a spike is not charged", r)
 	}
-	if e.Add(Obs{Samples: 100, Seconds: 1.6}) || e.Add(Obs{Samples: 100, Seconds: 1.6}) {
+	first := e.Add(Obs{Samples: 100, Seconds: 1.6})
+	if second := e.Add(Obs{Samples: 100, Seconds: 1.6}); first || second {
 		t.Fatal("two spikes of 1.6x in a row counted as a change")
 	}
 	e.Add(Obs{Samples: 100, Seconds: 1})
@@ -130,7 +131,8 @@ func TestChangeDetection(t *testing.T) {
 	for range 10 {
 		m.Add(Obs{Samples: 100, Seconds: 1})
 	}
-	if m.Add(Obs{Samples: 100, Seconds: 1.6}) || m.Add(Obs{Samples: 100, Seconds: 1.6}) || !m.Add(Obs{Samples: 100, Seconds: 1.6}) {
+	first, second := m.Add(Obs{Samples: 100, Seconds: 1.6}), m.Add(Obs{Samples: 100, Seconds: 1.6})
+	if third := m.Add(Obs{Samples: 100, Seconds: 1.6}); first || second || !third {
 		t.Fatal("three iterations at 1.6x are not a change")
 	}
 }

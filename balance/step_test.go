@@ -78,7 +78,7 @@ func cfs(w, q, phase float64) float64 {
 	t, budget, pos := 0.0, q*cfsPeriod, phase
 	for {
 		run := min(w, budget, cfsPeriod-pos)
-		w, t, pos, budget = w-run, t+run, pos+run, budget-run
+		w, t, pos = w-run, t+run, pos+run
 		if w <= 0 {
 			return t
 		}

@@ -283,7 +283,7 @@ func (c *Cluster) unreachable(tb testing.TB, cfg gyre.Config) gyre.Option {
 	}
 	tb.Cleanup(func() {
 		tr.Close()
-		hole.Close()
+		_ = hole.Close()
 	})
 	return gyre.WithTransport(advertisedAt{Transport: tr, addr: hole.addr})
 }

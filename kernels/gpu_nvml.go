@@ -20,7 +20,7 @@ func check(call string, r nvml.Return) error {
 }
 
 func (nvmlLib) Init() error { return check("Init", nvml.Init()) }
-func (nvmlLib) Shutdown()   { nvml.Shutdown() }
+func (nvmlLib) Shutdown()   { _ = nvml.Shutdown() } // at exit: nothing to do if it fails
 
 func (nvmlLib) Count() (int, error) {
 	n, r := nvml.DeviceGetCount()

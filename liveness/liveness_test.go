@@ -197,7 +197,7 @@ func TestFarewell(t *testing.T) {
 // about the moment it broke; a healthy one, or one that said farewell
 // before closing, does not.
 func TestBroken(t *testing.T) {
-	net, trs, mons := pair(t)
+	net, _, mons := pair(t)
 	if !heardWithin(mons[0], "b", 3*interval) {
 		t.Fatal("no heartbeat")
 	}
@@ -217,7 +217,7 @@ func TestBroken(t *testing.T) {
 		t.Fatalf("killed at %v, broken at %v", killed, at)
 	}
 
-	_, trs, mons = pair(t)
+	_, trs, mons := pair(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*interval)
 	defer cancel()
 	mons[1].Farewell(ctx, time.Minute) // says farewell; a's never comes, so it returns at ctx's end

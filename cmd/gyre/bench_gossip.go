@@ -239,7 +239,7 @@ func gossipProcs(ctx context.Context, n int, start bench.PeerStarter) (time.Dura
 			p.Stdin.Close()
 		}
 		for _, p := range procs {
-			bench.StopPeer(p) // stdin already closed: all stop at once
+			_ = bench.StopPeer(p) // stdin already closed: all stop at once; how each ended is logged
 		}
 	}()
 	type event struct {
@@ -391,7 +391,7 @@ func newBenchGossipNodeCmd(c *cli) *cobra.Command {
 			// Stop when the parent closes stdin (or dies), or at the deadline.
 			stop := make(chan struct{})
 			go func() {
-				io.Copy(io.Discard, cmd.InOrStdin())
+				_, _ = io.Copy(io.Discard, cmd.InOrStdin())
 				close(stop)
 			}()
 			tick := time.NewTicker(gossipPoll)

@@ -112,8 +112,8 @@ func (b *bareLink) bidir(ctx context.Context, msg []byte, count int) (time.Durat
 		}
 		// A past deadline unblocks whichever direction is still going.
 		abort := func() {
-			out.SetDeadline(time.Now())
-			back.SetDeadline(time.Now())
+			_ = out.SetDeadline(time.Now())
+			_ = back.SetDeadline(time.Now())
 		}
 		return duplex(abort,
 			func() error {

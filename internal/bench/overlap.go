@@ -398,7 +398,7 @@ func (r *overlapRun) iteration(ctx context.Context, mode string) (Phases, error)
 		if err := r.job.Opt.Step(m.Params(), m.Grads()); err != nil {
 			return p, err
 		}
-		p.Step, t = lap(t)
+		p.Step, _ = lap(t)
 	}
 	p.Iteration, _ = lap(start)
 	if mode == ModeCompute {

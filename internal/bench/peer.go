@@ -86,7 +86,7 @@ func ServePeer(ctx context.Context, o PeerOptions, stdin io.Reader, stdout io.Wr
 	defer cancel()
 	stdinDone := make(chan struct{})
 	go func() {
-		io.Copy(io.Discard, stdin)
+		_, _ = io.Copy(io.Discard, stdin) // until the parent closes it
 		close(stdinDone)
 		cancel()
 	}()

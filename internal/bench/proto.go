@@ -254,7 +254,7 @@ func serveLink(ctx context.Context, t transport.Transport) error {
 		h, _, err := t.Recv(ctx, parentID, transport.ChanControl, cb[:])
 		if err != nil {
 			if errors.Is(err, transport.ErrClosed) || ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // the parent ended the run: the peer's job is done
 			}
 			return err
 		}

@@ -155,8 +155,7 @@ func StopPeer(p *PeerProcess) error {
 		return err
 	case <-time.After(stopTimeout):
 		p.Kill()
-		<-done
-		return errors.New("bench: the peer did not stop in time and was killed")
+		return fmt.Errorf("bench: the peer did not stop in time and was killed (%v)", <-done)
 	}
 }
 
@@ -548,7 +547,7 @@ func (b *bareLink) close() {
 func (b *bareLink) each(ctx context.Context, msg []byte, f func(i, lo int, part []byte) error) error {
 	dl, _ := ctx.Deadline()
 	for _, c := range b.all() {
-		c.SetDeadline(dl)
+		_ = c.SetDeadline(dl)
 	}
 	k := len(b.conns)
 	if wire.StripesUsed(uint64(len(msg)), k) == 1 {
@@ -610,7 +609,7 @@ func (b *bareLink) oneWay(ctx context.Context, msg []byte, count int) (time.Dura
 func (b *bareLink) pingPong(ctx context.Context, msg []byte, count int) ([]time.Duration, error) {
 	c := b.conns[0]
 	dl, _ := ctx.Deadline()
-	c.SetDeadline(dl)
+	_ = c.SetDeadline(dl)
 	if err := sendCommand(c, command{op: opPingPong, size: uint64(len(msg)), count: uint32(count)}); err != nil {
 		return nil, err
 	}
@@ -633,7 +632,7 @@ func (b *bareLink) release(ctx context.Context) error {
 	dl, _ := ctx.Deadline()
 	var errs []error
 	for _, c := range b.all() {
-		c.SetDeadline(dl)
+		_ = c.SetDeadline(dl)
 		errs = append(errs, sendCommand(c, command{op: opRelease}))
 	}
 	return errors.Join(errs...)

@@ -17,7 +17,7 @@ import (
 
 func sample(epoch uint64, iter int64) *Snapshot {
 	f32 := []float32{1, -2.5, float32(math.Inf(1)), 3e-38}
-	f64 := []float64{math.Pi, -0.0, 1e300, float64(iter)}
+	f64 := []float64{math.Pi, math.Copysign(0, -1), 1e300, float64(iter)}
 	meta := []byte("step=42")
 	return &Snapshot{
 		Header: Header{Epoch: epoch, Iter: iter, Workers: 4,

@@ -45,10 +45,8 @@ func (e *Engine) resume(ctx context.Context) error {
 	var loadErr error
 	carried := int64(0) // the holder brings its balance models
 	if v.Rank == root {
-		var iter int64
-		fits := e.bal.Fits()
-		iter, fits, loadErr = e.ckpt.taker.Load(name, e.state, config.JobSettings(e.cfg, nil), len(v.IDs), e.cfg.Balance == config.BalanceLBBSP)
-		if loadErr == nil {
+		iter, fits, err := e.ckpt.taker.Load(name, e.state, config.JobSettings(e.cfg, nil), len(v.IDs), e.cfg.Balance == config.BalanceLBBSP)
+		if loadErr = err; err == nil {
 			e.setIter(iter)
 			e.bal.SetFits(fits)
 			if len(fits) > 0 {

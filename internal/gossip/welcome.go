@@ -109,7 +109,7 @@ func (g *Gossip) AwaitWelcome(ctx context.Context, t transport.Transport, req ad
 			return nil
 		}
 		if ctx.Err() != nil || errors.Is(r.err, context.Canceled) {
-			return nil
+			return nil //nolint:nilerr // a listener stopped on purpose: not a failure to report
 		}
 		return r.err
 	}

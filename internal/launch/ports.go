@@ -14,7 +14,7 @@ func FreePorts(n int) ([]string, error) {
 	var held []func() error
 	defer func() {
 		for _, c := range held {
-			c()
+			_ = c() // the ports were only held to keep them free
 		}
 	}()
 	addrs := make([]string, 0, n)
