@@ -1,4 +1,4 @@
-package gyre
+package gyre_test
 
 import (
 	"flag"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/gyre-ml/gyre"
 )
 
 func TestBindFlags(t *testing.T) {
@@ -15,15 +17,15 @@ func TestBindFlags(t *testing.T) {
 		"--seed", "10.0.0.1:7946", "--seed", "10.0.0.2:7946,10.0.0.3:7946", "--peers", "127.0.0.1:1,127.0.0.1:2",
 		"--rank", "1", "--min-workers", "2", "--batch", "96", "--shares", "64,32", "--rng-seed", "7", "--bucket-bytes", "4096",
 		"--collective-timeout", "90s", "--peer-timeout", "500ms", "--ring-order", "fixed"}
-	want := Config{Transport: "tcp", Insecure: true, Stripes: 2, Listen: "127.0.0.1:9000",
+	want := gyre.Config{Transport: "tcp", Insecure: true, Stripes: 2, Listen: "127.0.0.1:9000",
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946", "10.0.0.3:7946"},
 		Peers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Rank: 1, MinWorkers: 2, GlobalBatch: 96,
 		Shares: []int{64, 32}, RNGSeed: 7, BucketBytes: 4096, KeyFile: "/env/key",
-		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, RingOrder: RingOrderFixed}
+		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, RingOrder: gyre.RingOrderFixed}
 	for _, kind := range []string{"flag", "pflag"} {
 		t.Run(kind, func(t *testing.T) {
 			// Values from the environment are the defaults; flags override.
-			c := Config{KeyFile: "/env/key", Peers: []string{"127.0.0.1:9"}}
+			c := gyre.Config{KeyFile: "/env/key", Peers: []string{"127.0.0.1:9"}}
 			var err error
 			if kind == "flag" {
 				fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -45,7 +47,7 @@ func TestBindFlags(t *testing.T) {
 }
 
 func TestBindFlagsRejectsBadShares(t *testing.T) {
-	var c Config
+	var c gyre.Config
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(new(strings.Builder))
 	c.BindFlags(fs)
@@ -58,7 +60,7 @@ func TestBindFlagsRejectsBadShares(t *testing.T) {
 // which both flag packages would show as the value's name (--key-file
 // once read "--key-file gyre keygen" in --help).
 func TestFlagUsageNamesValueTypes(t *testing.T) {
-	var c Config
+	var c gyre.Config
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	c.BindPFlags(fs)
 	fs.VisitAll(func(f *pflag.Flag) {

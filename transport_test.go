@@ -1,4 +1,4 @@
-package gyre
+package gyre_test
 
 import (
 	"bytes"
@@ -9,14 +9,17 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
 )
 
-func newTestTransport(tb testing.TB, adjust func(*Config)) (transport.Transport, transport.PeerID, string) {
+func newTestTransport(tb testing.TB, adjust func(*gyre.Config)) (transport.Transport, transport.PeerID, string) {
 	tb.Helper()
-	cfg := Config{DataAddr: "127.0.0.1:0"}
+	cfg := gyre.Config{DataAddr: "127.0.0.1:0"}
 	adjust(&cfg)
 	cfg = cfg.WithDefaults() // fix the random name so the test knows it
-	tr, err := NewTransport(cfg)
+	tr, err := gyre.NewTransport(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -25,15 +28,15 @@ func newTestTransport(tb testing.TB, adjust func(*Config)) (transport.Transport,
 }
 
 func TestNewTransportExchanges(t *testing.T) {
-	key := testKey(t)
+	key := gyretest.Key(t)
 	for _, tt := range []struct {
 		name   string
-		adjust func(*Config)
+		adjust func(*gyre.Config)
 	}{
-		{"quic", func(c *Config) { c.Key = key }},
-		{"quic 2 stripes", func(c *Config) { c.Key = key; c.Stripes = 2 }},
-		{"tcp", func(c *Config) { c.Key = key; c.Transport = TransportTCP }},
-		{"tcp insecure", func(c *Config) { c.Transport = TransportTCP; c.Insecure = true }},
+		{"quic", func(c *gyre.Config) { c.Key = key }},
+		{"quic 2 stripes", func(c *gyre.Config) { c.Key = key; c.Stripes = 2 }},
+		{"tcp", func(c *gyre.Config) { c.Key = key; c.Transport = gyre.TransportTCP }},
+		{"tcp insecure", func(c *gyre.Config) { c.Transport = gyre.TransportTCP; c.Insecure = true }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, aID, _ := newTestTransport(t, tt.adjust)
@@ -57,10 +60,10 @@ func TestNewTransportExchanges(t *testing.T) {
 }
 
 func TestNewTransportRefusesOtherSecret(t *testing.T) {
-	for _, tr := range []string{TransportQUIC, TransportTCP} {
+	for _, tr := range []string{gyre.TransportQUIC, gyre.TransportTCP} {
 		t.Run(tr, func(t *testing.T) {
-			a, _, _ := newTestTransport(t, func(c *Config) { c.Transport = tr; c.Key = testKey(t) })
-			_, bID, bAddr := newTestTransport(t, func(c *Config) { c.Transport = tr; c.Key = testKey(t) })
+			a, _, _ := newTestTransport(t, func(c *gyre.Config) { c.Transport = tr; c.Key = gyretest.Key(t) })
+			_, bID, bAddr := newTestTransport(t, func(c *gyre.Config) { c.Transport = tr; c.Key = gyretest.Key(t) })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := a.Connect(ctx, bID, bAddr); !errors.Is(err, transport.ErrUnauthenticated) {
@@ -71,10 +74,10 @@ func TestNewTransportRefusesOtherSecret(t *testing.T) {
 }
 
 func TestNewTransportRejectsBadConfig(t *testing.T) {
-	if _, err := NewTransport(Config{Listen: "127.0.0.1:0"}); !errors.Is(err, ErrConfig) {
+	if _, err := gyre.NewTransport(gyre.Config{Listen: "127.0.0.1:0"}); !errors.Is(err, gyre.ErrConfig) {
 		t.Fatalf("no secret: %v, want ErrConfig", err)
 	}
-	if _, err := NewTransport(Config{Listen: "127.0.0.1:0", KeyFile: "/nonexistent/key"}); err == nil {
+	if _, err := gyre.NewTransport(gyre.Config{Listen: "127.0.0.1:0", KeyFile: "/nonexistent/key"}); err == nil {
 		t.Fatal("missing key file accepted")
 	}
 }
