@@ -32,11 +32,18 @@ type elasticRun struct {
 // trainElastic trains the toy on w until iteration iters, then leaves with
 // the rest. Until it sees a worker admitted it paces its iterations, so
 // that gossip has time to converge; with leave set, it asks to leave a few
-// iterations after that.
-func trainElastic(ctx context.Context, w *gyre.Worker, m *toy, iters int64, leave bool) (elasticRun, error) {
+// iterations after that. With settled, iters is the least: the job goes on
+// until every worker of the view says, together, that it saw what the test
+// waits for (checked with Reduce every 10 iterations), however long that
+// takes under load.
+func trainElastic(ctx context.Context, w *gyre.Worker, m *toy, iters int64, leave bool, settled func(elasticRun) bool) (elasticRun, error) {
 	var run elasticRun
 	leaveAt := int64(-1)
-	for w.Iter() < iters {
+	stopAt := iters
+	if settled != nil {
+		stopAt = math.MaxInt64
+	}
+	for w.Iter() < stopAt {
 		if len(run.admitted) == 0 {
 			time.Sleep(10 * time.Millisecond)
 		} else if leave && leaveAt < 0 {
@@ -53,6 +60,18 @@ func trainElastic(ctx context.Context, w *gyre.Worker, m *toy, iters int64, leav
 			return run, err
 		}
 		m.step(g)
+		if settled != nil && b.Iter+1 >= iters && (b.Iter+1)%10 == 0 {
+			over := []float64{0}
+			if settled(run) {
+				over[0] = 1
+			}
+			if err := w.Reduce(ctx, gyre.ReduceMin, over); err != nil {
+				return run, err
+			}
+			if over[0] == 1 {
+				stopAt = b.Iter + 1
+			}
+		}
 		ch, err := w.Boundary(ctx)
 		if err != nil {
 			return run, err
@@ -112,7 +131,7 @@ func TestGossipJoinAndLeave(t *testing.T) {
 }
 
 func testGossipJoinAndLeave(t *testing.T, tr string) {
-	const global, iters, leaver = 24, 400, 1
+	const global, iters, leaver = 24, 20, 1
 	models := make([]*toy, 4)
 	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: tr, Gossip: true,
 		Config: func(r int, c *gyre.Config) { c.GlobalBatch = global },
@@ -143,30 +162,30 @@ func testGossipJoinAndLeave(t *testing.T, tr string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runs[i], errs[i] = trainElastic(ctx, w, models[i], iters, i == leaver)
+			runs[i], errs[i] = trainElastic(ctx, w, models[i], iters, i == leaver, func(r elasticRun) bool {
+				return len(r.admitted) > 0 && len(r.departed) > 0 // the joiner came and the leaver went
+			})
 		}()
 	}
 	jw, err := joiner.Wait(c)
 	if err != nil {
 		t.Fatalf("joiner: %v", err)
 	}
-	if jw.Iter() >= iters-10 {
-		t.Fatalf("the joiner was admitted only at iteration %d", jw.Iter())
-	}
-	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false)
+	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false, func(r elasticRun) bool { return len(r.departed) > 0 })
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("workers: %v", errs)
 	}
-	want := referenceToy(t, global, iters)
+	end := runs[0].last + 1 // where the workers stopped together
+	want := referenceToy(t, global, end)
 	for i, r := range runs {
 		switch {
 		case i == leaver:
 			if !r.left || r.last != r.leaveAt {
 				t.Fatalf("the leaver: left %v after iteration %d, want after %d", r.left, r.last, r.leaveAt)
 			}
-		case r.left || r.last != iters-1:
-			t.Fatalf("worker %d: left %v, last iteration %d", i, r.left, r.last)
+		case r.left || r.last != end-1 || end < iters:
+			t.Fatalf("worker %d: left %v, last iteration %d; want %d, past %d", i, r.left, r.last, end-1, iters-1)
 		case !closeRel(models[i].theta, want.theta, 1e-12):
 			t.Fatalf("worker %d: θ %v, one process %v", i, models[i].theta, want.theta)
 		case i < 3 && (!slices.Contains(r.admitted, string(c.IDs[3])) || !slices.Contains(r.departed, string(c.IDs[leaver]))):
@@ -187,7 +206,7 @@ func testGossipJoinAndLeave(t *testing.T, tr string) {
 // membership sets, for the recovery issue's restarts.)
 func TestComebackAtNewAddress(t *testing.T) {
 	t.Parallel()
-	const global, iters, leaver = 24, 300, 1
+	const global, iters, leaver = 24, 20, 1
 	models := make([]*toy, 4)
 	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Transport: gyretest.QUIC, Gossip: true,
 		Config: func(r int, c *gyre.Config) {
@@ -234,7 +253,11 @@ func TestComebackAtNewAddress(t *testing.T) {
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	for _, i := range []int{0, 2} {
-		wg.Go(func() { runs[i], errs[i] = trainElastic(ctx, c.Workers[i], models[i], iters, false) })
+		wg.Go(func() {
+			runs[i], errs[i] = trainElastic(ctx, c.Workers[i], models[i], iters, false, func(r elasticRun) bool {
+				return slices.Contains(r.admitted, name) // the worker back under the leaver's name
+			})
+		})
 	}
 	<-done
 	if lerr != nil {
@@ -248,13 +271,16 @@ func TestComebackAtNewAddress(t *testing.T) {
 	if now := jw.View().Members[jw.Rank()]; now != name || c.IDs[3] == c.IDs[leaver] {
 		t.Fatalf("the joiner is %s at %s, want %s at an address other than %s", now, c.IDs[3], name, c.IDs[leaver])
 	}
-	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false)
+	runs[3], errs[3] = trainElastic(ctx, jw, models[3], iters, false, func(elasticRun) bool { return true })
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("workers: %v", errs)
 	}
-	want := referenceToy(t, global, iters)
+	want := referenceToy(t, global, runs[0].last+1)
 	for _, i := range []int{0, 2, 3} {
+		if runs[i].last != runs[0].last {
+			t.Fatalf("worker %d stopped after iteration %d, worker 0 after %d", i, runs[i].last, runs[0].last)
+		}
 		if !closeRel(models[i].theta, want.theta, 1e-12) {
 			t.Fatalf("worker %d: θ %v, one process %v", i, models[i].theta, want.theta)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -73,7 +74,18 @@ type lossJob struct {
 	// before its collectives; it stops once its Boundary fails, as a
 	// trainer that was told to stop does.
 	cancelAt map[int]int64
+	// until, if set, ends the job once every worker of the view says,
+	// at once, that what the test waits for has happened as it saw it
+	// (a worker left out admitted again, say): the workers check it
+	// together, with Reduce, every settleEvery iterations from iteration
+	// iters on, as a trainer checks a global stopping rule. A job of
+	// fixed length would have to outlast the slowest rejoin under load.
+	until func(i int, runs []recoveryRun) bool
 }
+
+// settleEvery is how often, in iterations, a job with an until rule
+// checks it.
+const settleEvery = 10
 
 // recoveryRun is what one worker saw.
 type recoveryRun struct {
@@ -143,7 +155,7 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 			case err != nil:
 				runs[j.n].err = err
 			default:
-				runs[j.n].err = j.train(ctx, t, c, j.n, w, models[j.n], &runs[j.n])
+				runs[j.n].err = j.train(ctx, t, c, j.n, w, models[j.n], runs)
 			}
 		}()
 	}
@@ -152,19 +164,26 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 	}
 	// Not c.Run: the joiner's goroutine sets its worker in c.Workers.
 	gyretest.Each(c.Workers[:j.n], func(i int, w *gyre.Worker) error {
-		runs[i].err = j.train(ctx, t, c, i, w, models[i], &runs[i])
+		runs[i].err = j.train(ctx, t, c, i, w, models[i], runs)
 		return nil
 	})
 	wg.Wait()
-	want := referenceToy(t, lossGlobal, j.iters)
+	end := j.iters // where every survivor ends: with an until rule, where they stopped together
+	for _, run := range runs {
+		if !run.died && run.err == nil && j.until != nil {
+			end = run.iter
+			break
+		}
+	}
+	want := referenceToy(t, lossGlobal, end)
 	for i, run := range runs {
 		switch {
 		case run.died:
 		case run.err != nil && j.failing:
 		case run.err != nil:
 			t.Errorf("worker %d: %v", i, run.err)
-		case run.iter != j.iters:
-			t.Errorf("worker %d ended at iteration %d, want %d", i, run.iter, j.iters)
+		case run.iter != end || run.iter < j.iters:
+			t.Errorf("worker %d ended at iteration %d, want %d, and at least %d", i, run.iter, end, j.iters)
 		case !closeRel(models[i].theta, want.theta, 1e-12):
 			t.Errorf("worker %d ended with θ[0] = %v, one process %v", i, models[i].theta[0], want.theta[0])
 		}
@@ -172,12 +191,18 @@ func (j lossJob) run(t *testing.T) []recoveryRun {
 	return runs
 }
 
-// train is worker i's loop, the documented one.
-func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, w *gyre.Worker, m *toy, run *recoveryRun) error {
+// train is worker i's loop, the documented one. runs[i] is its own to
+// write; it reads the others' ids only, which are set before it starts.
+func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i int, w *gyre.Worker, m *toy, runs []recoveryRun) error {
+	run := &runs[i]
 	frozen := false
 	size, grewAt := w.Size(), int64(-1)
 	abandonedAt := int64(-1)
-	for w.Iter() < j.iters {
+	stopAt := j.iters
+	if j.until != nil {
+		stopAt = math.MaxInt64 // until every worker says the event is over
+	}
+	for w.Iter() < stopAt {
 		if grewAt < 0 && w.Size() > size {
 			grewAt = w.Iter()
 		}
@@ -238,6 +263,18 @@ func (j lossJob) train(ctx context.Context, t *testing.T, c *gyretest.Cluster, i
 			t.Logf("worker %d: iteration %d: %v (Boundary recovers)", i, b.Iter, err)
 		} else {
 			m.step(g)
+			if j.until != nil && b.Iter >= j.iters && (b.Iter+1)%settleEvery == 0 {
+				// Every member of the view is at this iteration: the
+				// job ends after it once all say the event is over. A
+				// failed Reduce (a loss) means not yet: Boundary recovers.
+				over := []float64{0}
+				if j.until(i, runs) {
+					over[0] = 1
+				}
+				if err := w.Reduce(ictx, gyre.ReduceMin, over); err == nil && over[0] == 1 {
+					stopAt = b.Iter + 1
+				}
+			}
 		}
 		if at, ok := j.suspectAt[i]; ok && b.Iter == at && run.redos == 0 {
 			gyre.FailIteration(w, &transport.PeerError{Peer: c.IDs[(i+1)%j.n], Op: "recv", Err: transport.ErrPeerGone})
@@ -395,8 +432,8 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 		stall time.Duration
 	}{{"in the vote", 1500 * time.Millisecond}, {"after the vote", 4 * time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
-			runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, stallAt: map[int]int64{late: 20}, stall: tc.stall,
-				collectiveTimeout: time.Second}.run(t)
+			runs := lossJob{n: 4, iters: 40, pace: 20 * time.Millisecond, stallAt: map[int]int64{late: 20}, stall: tc.stall,
+				collectiveTimeout: time.Second, until: backIn(late)}.run(t)
 			checkLeftOutAndBack(t, runs, late)
 		})
 	}
@@ -409,9 +446,22 @@ func TestLateWorkerIsExcluded(t *testing.T) {
 // where one process ends.
 func TestCutOffWorkerRejoins(t *testing.T) {
 	const cut = 3
-	runs := lossJob{n: 4, iters: 400, pace: 20 * time.Millisecond, cutAt: map[int]int64{cut: 20}, cutFor: 2 * time.Second}.run(t)
+	runs := lossJob{n: 4, iters: 40, pace: 20 * time.Millisecond, cutAt: map[int]int64{cut: 20}, cutFor: 2 * time.Second,
+		until: backIn(cut)}.run(t)
 	checkLeftOutAndBack(t, runs, cut)
 }
+
+// backIn is the until rule of a job that waits for worker out to be
+// admitted again: every worker has seen it admitted, or is it.
+func backIn(out int) func(i int, runs []recoveryRun) bool {
+	return func(i int, runs []recoveryRun) bool {
+		return i == out || slices.Contains(runs[i].admitted, runs[out].id)
+	}
+}
+
+// recovered is the until rule of a job that waits for a recovery: every
+// worker has redone an iteration.
+func recovered(i int, runs []recoveryRun) bool { return runs[i].redos > 0 }
 
 // checkLeftOutAndBack checks that every other worker's Redos named worker
 // out lost, once, and that out was admitted again as itself, once.
@@ -433,7 +483,8 @@ func checkLeftOutAndBack(t *testing.T, runs []recoveryRun, out int) {
 // joiner are 2 of 3 voters, a majority, and go on to the end. Without the
 // promotion they would be 1 of 2, and end with ErrNoQuorum.
 func TestJoinerVotesAfterItsFirstBoundary(t *testing.T) {
-	runs := lossJob{n: 2, iters: 400, joiner: true, pace: 20 * time.Millisecond, killAfterJoin: map[int]int64{1: 5}}.run(t)
+	runs := lossJob{n: 2, iters: 40, joiner: true, pace: 20 * time.Millisecond, killAfterJoin: map[int]int64{1: 5},
+		until: recovered}.run(t)
 	for _, i := range []int{0, 2} {
 		if !slices.Equal(runs[i].lost, []string{runs[1].id}) {
 			t.Errorf("worker %d: its Redos name %v lost; want worker 1", i, runs[i].lost)
@@ -466,7 +517,7 @@ func TestRecoverWithNobodyGone(t *testing.T) {
 // new member, and all four end where one process ends.
 func TestFrozenWorkerRejoins(t *testing.T) {
 	const victim = 2
-	runs := lossJob{n: 4, iters: 200, freezeAt: map[int]int64{victim: 20}, pace: 10 * time.Millisecond}.run(t)
+	runs := lossJob{n: 4, iters: 40, freezeAt: map[int]int64{victim: 20}, pace: 10 * time.Millisecond, until: backIn(victim)}.run(t)
 	for i, run := range runs {
 		switch {
 		case i == victim && (run.redos != 1 || !slices.Equal(run.admitted, []string{run.id})):
@@ -503,14 +554,16 @@ func TestSurviveFailpoints(t *testing.T) {
 		{"seed", lossJob{n: 4, iters: 60, killAt: map[int]int64{0: 20}}, []int{0}},
 		// Two kills in a row: five workers down to three.
 		{"two-in-a-row", lossJob{n: 5, iters: 80, killAt: map[int]int64{1: 20, 3: 40}}, []int{1, 3}},
-		// A joiner dies while it takes the job's state. The job is paced
-		// (8 s) to outlast the joiner's admission, and in the next case
-		// its admission again: at 150 iterations (3 s) the job ended
-		// first once under CI's load.
-		{"joiner", lossJob{n: 4, iters: 400, joiner: true, failpoints: map[int]string{4: "recv-state"}, pace: 20 * time.Millisecond}, []int{4}},
+		// A joiner dies while it takes the job's state. The job runs
+		// until every member has recovered from it, however long the
+		// joiner's admission takes under load; and in the next case,
+		// until the joiner is admitted again.
+		{"joiner", lossJob{n: 4, iters: 40, joiner: true, failpoints: map[int]string{4: "recv-state"}, pace: 20 * time.Millisecond,
+			until: recovered}, []int{4}},
 		// Worker 0 dies while it sends the job's state to a joiner; the
 		// joiner goes back to pending and is admitted again.
-		{"sender-to-joiner", lossJob{n: 4, iters: 400, joiner: true, failpoints: map[int]string{0: "send-state@1"}, pace: 20 * time.Millisecond}, []int{0}},
+		{"sender-to-joiner", lossJob{n: 4, iters: 40, joiner: true, failpoints: map[int]string{0: "send-state@1"}, pace: 20 * time.Millisecond,
+			until: backIn(4)}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := tc.job.run(t)
