@@ -323,10 +323,11 @@ func blackhole(tr string) (hole, error) {
 // Joiner is a worker joining a gossiping Cluster at run time.
 type Joiner struct {
 	// Index is its index in the Cluster's slices once it has joined.
-	Index int
-	done  chan struct{}
-	w     *gyre.Worker
-	err   error
+	Index  int
+	done   chan struct{}
+	cancel context.CancelFunc
+	w      *gyre.Worker
+	err    error
 }
 
 // AddJoiner starts one more worker joining a gossiping cluster through
@@ -353,10 +354,10 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 		c.o.Config(r, &cfg)
 	}
 	opts := c.options(tb, r, c.IDs[r], cfg)
-	j := &Joiner{Index: r, done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.JoinTimeout)
+	j := &Joiner{Index: r, done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(j.done)
-		ctx, cancel := context.WithTimeout(context.Background(), c.o.JoinTimeout)
 		defer cancel()
 		j.w, j.err = gyre.Join(c.hooked(ctx, cfg), cfg, opts...)
 	}()
@@ -368,6 +369,10 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 	})
 	return j
 }
+
+// Cancel ends the joiner's Join now, as if its JoinTimeout had passed: a
+// joiner that is to stay pending is then done without the wait.
+func (j *Joiner) Cancel() { j.cancel() }
 
 // Wait waits for the joiner's Join, records the worker in the Cluster at
 // its Index, and returns it.
