@@ -12,30 +12,22 @@ import (
 	"time"
 
 	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
 	"github.com/gyre-ml/gyre/internal/launch"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
-// asExample in the environment makes the test binary act as the example,
-// so the test can launch it as real worker processes.
-const asExample = "BE_MLP_EXAMPLE"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(asExample) == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { gyretest.Main(m) }
 
 // launchExample runs the example as n processes over real QUIC on
-// loopback, as `gyre launch` does, and returns rank 0's output.
+// loopback, as `gyre launch` does, and returns rank 0's output. The
+// workers are a plain build of the example, as the integration tests'
+// are of gyre: training to the target under the race detector took a
+// minute, and the runtime they run is race-checked in process by the
+// root package's tests.
 func launchExample(t *testing.T, n int, args ...string) string {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := gyretest.Build(t, "github.com/gyre-ml/gyre/examples/mlp")
 	key, err := secret.Generate()
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +43,7 @@ func launchExample(t *testing.T, n int, args ...string) string {
 		N:    n,
 		Argv: append([]string{exe}, args...),
 		Env: func(r int) []string {
-			return append(os.Environ(), asExample+"=1", gyre.EnvKey+"="+key.Hex(),
+			return append(os.Environ(), gyre.EnvKey+"="+key.Hex(),
 				gyre.EnvPeers+"="+strings.Join(peers, ","), gyre.EnvRank+"="+strconv.Itoa(r),
 				gyre.EnvWorldSize+"="+strconv.Itoa(n))
 		},
