@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/gyretest"
 	"github.com/gyre-ml/gyre/internal/syncio"
 )
 
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	gyretest.Main(m)
 }
 
 // testEnv is the process environment plus vars; the executable is this
@@ -45,6 +46,19 @@ func testEnv(vars map[string]string) env {
 		},
 		executable: os.Executable,
 	}
+}
+
+// plainEnv is testEnv, but the workers it starts run a plain build of
+// gyre, as the integration tests' do, not this race-instrumented test
+// binary: for the tests that run many jobs, each of which took seconds
+// to start under the race detector. The launching command still runs in
+// this process, and one job of each kind still runs instrumented
+// workers (testEnv).
+func plainEnv(t *testing.T, vars map[string]string) env {
+	e := testEnv(vars)
+	bin := gyretest.Gyre(t)
+	e.executable = func() (string, error) { return bin, nil }
+	return e
 }
 
 // run executes the command line args in-process and returns its stdout,

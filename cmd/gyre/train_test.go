@@ -43,7 +43,7 @@ func TestTrainMultiProcess(t *testing.T) {
 // logs; --log-level info still shows the runtime's every step.
 func TestTrainConsole(t *testing.T) {
 	args := []string{"launch", "-n", "2", "--", "train", "--iters", "10", "--eval-every", "10", "--batch", "32"}
-	out, stderr, err := run(t, testEnv(nil), args...)
+	out, stderr, err := run(t, plainEnv(t, nil), args...)
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr)
 	}
@@ -59,7 +59,7 @@ func TestTrainConsole(t *testing.T) {
 	if strings.Contains(stderr, `"level":"info"`) || strings.Contains(stderr, "gossip started") {
 		t.Fatalf("info logs on a launch with no --log-level:\n%s", stderr)
 	}
-	_, stderr, err = run(t, testEnv(nil), append([]string{"--log-level", "info"}, args...)...)
+	_, stderr, err = run(t, plainEnv(t, nil), append([]string{"--log-level", "info"}, args...)...)
 	if err != nil || !strings.Contains(stderr, "gossip started") || !strings.Contains(stderr, `"rank":1`) {
 		t.Fatalf("--log-level info hid the runtime's logs (%v):\n%s", err, stderr)
 	}
@@ -163,7 +163,7 @@ func TestTrainAlgoPinned(t *testing.T) {
 	digest := regexp.MustCompile(`(?m)^\[[0-2]\] # rank [0-2] final state digest ([0-9a-f]{16}) at iteration 20$`)
 	final := map[string]string{}
 	for _, algo := range []string{"ring", "doubling", "ring", "doubling"} {
-		out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "launch", "-n", "3", "--transport", "tcp", "--insecure", "--",
+		out, stderr, err := run(t, plainEnv(t, nil), "--log-level", "warn", "launch", "-n", "3", "--transport", "tcp", "--insecure", "--",
 			"train", "--iters", "20", "--eval-every", "20", "--batch", "60", "--balance", "static", "--algo", algo)
 		if err != nil {
 			t.Fatalf("--algo %s: %v\nstderr:\n%s", algo, err, stderr)
