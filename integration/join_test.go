@@ -84,7 +84,11 @@ func shortTrainArgv(gyre string, iters int) func(int) []string {
 // with gyre members polling the job throughout or not; the job never
 // fails, and all 5 end with one digest.
 func TestJoinStorm(t *testing.T) {
-	for _, members := range []bool{false, true} {
+	polls := []bool{true} // the storm, with gyre members polling through it
+	if longTests() {
+		polls = []bool{false, true} // and without
+	}
+	for _, members := range polls {
 		t.Run(map[bool]string{false: "quiet", true: "members polled"}[members], func(t *testing.T) {
 			testJoinStorm(t, members)
 		})
