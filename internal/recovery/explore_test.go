@@ -130,27 +130,39 @@ func stepsLimit() int {
 	return exploreSteps
 }
 
+// raceRun reports whether this is the normal run under the race
+// detector. The simulation is single-threaded: the race detector checks
+// only that the runs of explore's fan-out share nothing, and a few steps
+// per setup reach every statement of the package and of the simulator
+// that the normal run reaches. The explorations then try the second
+// fault at fewer steps; CI's long run, without the race detector, tries
+// every one.
+func raceRun() bool { return raceEnabled && !longTests() }
+
 // TestSimulationExhaustive drives 2 to 5 ranks (7 with GYRE_LONG_TESTS=1,
 // 4 under the race detector) through one fault, and through two with the
 // second one before each message step of the recovery the first one
-// started (the first 20 steps; every step if long, up to 5 ranks), every
-// kind and target. I1–I6 must hold in every run. Random schedules cover 8
-// ranks.
+// started (the first 20 steps; every step if long, up to 5 ranks; under
+// the race detector 10, and 2 with 4 ranks), every kind and target.
+// I1–I6 must hold in every run. Random schedules cover 8 ranks.
 func TestSimulationExhaustive(t *testing.T) {
 	maxN := 5
 	switch {
 	case longTests():
 		maxN = 7
 	case raceEnabled:
-		// The simulation is single-threaded: the race detector checks
-		// only explore's fan-out, which 4 ranks exercise as well.
 		maxN = 4
 	}
 	for n := 2; n <= maxN; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			steps := stepsLimit()
-			if n > 5 {
+			switch {
+			case n > 5:
 				steps = exploreSteps // every step of 6 or more ranks is too long even for CI
+			case raceRun() && n < 4:
+				steps = exploreSteps / 2
+			case raceRun():
+				steps = 2
 			}
 			bad, runs := explore(n, setup{}, steps, false)
 			report(t, bad, runs)
@@ -162,23 +174,22 @@ func TestSimulationExhaustive(t *testing.T) {
 // whose last rank just joined (it has no state and does not vote), and
 // with one whose rank 1 asked to leave, for 3 to 5 ranks: the second
 // fault before each of the first 20 message steps with 3 ranks, 10 with
-// 4 and 5 with 5 (every step if long; less under the race detector).
+// 4 and 5 with 5 (every step if long). Under the race detector 3 and 4
+// ranks, at 5 steps and 1.
 func TestSimulationJoinerLeaver(t *testing.T) {
 	maxN := 5
-	if raceEnabled && !longTests() {
+	if raceRun() {
 		maxN = 4
 	}
 	for n := 3; n <= maxN; n++ {
 		for _, su := range []setup{{joiner: true}, {leaver: true}} {
 			t.Run(fmt.Sprintf("%d/joiner=%v", n, su.joiner), func(t *testing.T) {
 				steps := stepsLimit()
-				if steps > 0 && n > 3 {
-					// 10 steps with 4 ranks, 5 with 5 (and under the race
-					// detector, 5 with 4 and no 5).
-					steps = exploreSteps / 2 >> (n - 4)
-					if raceEnabled {
-						steps = exploreSteps / 4
-					}
+				switch {
+				case raceRun():
+					steps = 5 >> (2 * (n - 3)) // 5 with 3 ranks, 1 with 4
+				case steps > 0 && n > 3:
+					steps = exploreSteps / 2 >> (n - 4) // 10 with 4 ranks, 5 with 5
 				}
 				bad, runs := explore(n, su, steps, false)
 				report(t, bad, runs)
@@ -212,8 +223,8 @@ func boundarySetups(n int) []setup {
 // first fault) during a boundary's barrier: every member decided the
 // next view from the table (round 0's accept), some have started running
 // in it, the others not yet. 3 to 4 ranks (5 if long); the second fault
-// before each of the first 10 message steps (every step if long; 5 under
-// the race detector).
+// before each of the first 10 message steps (every step if long; under
+// the race detector 2 with 3 ranks and 1 with 4).
 func TestSimulationBoundary(t *testing.T) {
 	maxN := 4
 	if longTests() {
@@ -223,11 +234,11 @@ func TestSimulationBoundary(t *testing.T) {
 		for _, su := range boundarySetups(n) {
 			t.Run(fmt.Sprintf("%d/joiner=%v/promote=%v/advanced=%b", n, su.joiner, su.promote, su.advanced), func(t *testing.T) {
 				steps := stepsLimit()
-				if steps > 0 {
+				switch {
+				case raceRun():
+					steps = 5 - n // 2 with 3 ranks, 1 with 4
+				case steps > 0:
 					steps = exploreSteps / 2
-					if raceEnabled {
-						steps = exploreSteps / 4
-					}
 				}
 				bad, runs := explore(n, su, steps, false)
 				report(t, bad, runs)
@@ -260,13 +271,17 @@ func randomScenario(rng *rand.Rand, n int, maxStep int) scenario {
 
 // TestSimulationRandom runs random schedules: random delivery order,
 // delays of 1 to 3 ticks and duplicates, one to three faults at random
-// steps. Up to 5 ranks here; with GYRE_LONG_TESTS=1, up to 8 and many
-// more runs, with faults later.
+// steps. Up to 5 ranks here (the first 300 of these schedules under the
+// race detector); with GYRE_LONG_TESTS=1, up to 8 and many more runs,
+// with faults later.
 func TestSimulationRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 1))
 	maxN, runs, maxStep := 5, 1500, 60
-	if longTests() {
+	switch {
+	case longTests():
 		maxN, runs, maxStep = 8, 20000, 150
+	case raceEnabled:
+		runs = 300
 	}
 	for range runs {
 		sc := randomScenario(rng, 2+rng.IntN(maxN-1), maxStep)
