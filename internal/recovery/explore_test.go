@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -56,7 +57,8 @@ func (su setup) scenario(n int, faults []fault, at []int) scenario {
 // first steps of it unless long). It returns the first violation of each
 // run that has one, and how many runs it made. The first faults are
 // explored in parallel, one per CPU; each run is deterministic, and the
-// results are put together in order.
+// results are put together in order. The subtests that call it run in
+// parallel too, so that one's last first fault does not leave a CPU idle.
 func explore(n int, su setup, steps int, stop bool) (bad []string, runs int) {
 	f1s := firstFaults(n, su == setup{})
 	type result struct {
@@ -132,11 +134,11 @@ func stepsLimit() int {
 
 // raceRun reports whether this is the normal run under the race
 // detector. The simulation is single-threaded: the race detector checks
-// only that the runs of explore's fan-out share nothing, and a few steps
-// per setup reach every statement of the package and of the simulator
-// that the normal run reaches. The explorations then try the second
-// fault at fewer steps; CI's long run, without the race detector, tries
-// every one.
+// only that concurrent runs (explore's fan-out, parallel subtests) share
+// nothing, and a few steps per setup reach every statement of the
+// package and of the simulator that the normal run reaches. The
+// explorations then try the second fault at fewer steps; CI's long run,
+// without the race detector, tries every one.
 func raceRun() bool { return raceEnabled && !longTests() }
 
 // TestSimulationExhaustive drives 2 to 5 ranks (7 with GYRE_LONG_TESTS=1,
@@ -155,6 +157,7 @@ func TestSimulationExhaustive(t *testing.T) {
 	}
 	for n := 2; n <= maxN; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
 			steps := stepsLimit()
 			switch {
 			case n > 5:
@@ -184,6 +187,7 @@ func TestSimulationJoinerLeaver(t *testing.T) {
 	for n := 3; n <= maxN; n++ {
 		for _, su := range []setup{{joiner: true}, {leaver: true}} {
 			t.Run(fmt.Sprintf("%d/joiner=%v", n, su.joiner), func(t *testing.T) {
+				t.Parallel()
 				steps := stepsLimit()
 				switch {
 				case raceRun():
@@ -233,6 +237,7 @@ func TestSimulationBoundary(t *testing.T) {
 	for n := 3; n <= maxN; n++ {
 		for _, su := range boundarySetups(n) {
 			t.Run(fmt.Sprintf("%d/joiner=%v/promote=%v/advanced=%b", n, su.joiner, su.promote, su.advanced), func(t *testing.T) {
+				t.Parallel()
 				steps := stepsLimit()
 				switch {
 				case raceRun():
@@ -273,7 +278,8 @@ func randomScenario(rng *rand.Rand, n int, maxStep int) scenario {
 // delays of 1 to 3 ticks and duplicates, one to three faults at random
 // steps. Up to 5 ranks here (the first 300 of these schedules under the
 // race detector); with GYRE_LONG_TESTS=1, up to 8 and many more runs,
-// with faults later.
+// with faults later. The schedules are drawn in order and run on every
+// CPU; the first one that fails is reported.
 func TestSimulationRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 1))
 	maxN, runs, maxStep := 5, 1500, 60
@@ -283,10 +289,24 @@ func TestSimulationRandom(t *testing.T) {
 	case raceEnabled:
 		runs = 300
 	}
-	for range runs {
-		sc := randomScenario(rng, 2+rng.IntN(maxN-1), maxStep)
-		if v := newSim(sc).run(); len(v) > 0 {
-			t.Fatalf("%v: %s %s", sc, v[0].inv, v[0].what)
+	scs := make([]scenario, runs)
+	for i := range scs {
+		scs[i] = randomScenario(rng, 2+rng.IntN(maxN-1), maxStep)
+	}
+	bad := make([][]violation, runs)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < runs; i = int(next.Add(1) - 1) {
+				bad[i] = newSim(scs[i]).run()
+			}
+		})
+	}
+	wg.Wait()
+	for i, v := range bad {
+		if len(v) > 0 {
+			t.Fatalf("%v: %s %s", scs[i], v[0].inv, v[0].what)
 		}
 	}
 }
