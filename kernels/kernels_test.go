@@ -16,8 +16,8 @@ func TestMain(m *testing.M) {
 
 // lengths are the awkward sizes every kernel is checked at: empty, one
 // element, shorter than an unrolled block, and a large odd count that
-// splits unevenly across workers.
-var lengths = []int{0, 1, 7, 1000, 1000003}
+// splits unevenly across workers (smaller under the race detector).
+var lengths = []int{0, 1, 7, 1000, largeLength}
 
 type namedPool struct {
 	name string
@@ -210,7 +210,7 @@ func TestSplitBitwise(t *testing.T) {
 	p.minBytes, p.minRange = 0, 0
 	defer p.Close()
 	r := rand.New(rand.NewPCG(3, 4))
-	const n = 1000003
+	const n = largeLength
 	f32, f32src := randFloats[float32](r, n), randFloats[float32](r, n)
 	f64, f64src := randFloats[float64](r, n), randFloats[float64](r, n)
 	h := make([]uint16, n)
