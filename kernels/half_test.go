@@ -58,23 +58,23 @@ var bf16 = format{
 func (f format) isNaN(h uint16) bool { return h&0x7fff > f.inf }
 
 // round is the slow reference: it finds the two neighbouring patterns of |x|
-// by binary search over the format's values and picks the nearer, ties to
-// the even pattern; past the largest finite value plus half an ulp, Inf.
-// float64 holds every difference here exactly.
-func (f format) round(x float32) uint16 {
+// by binary search over the format's values, vals (f.values()), and picks
+// the nearer, ties to the even pattern; past the largest finite value plus
+// half an ulp, Inf. float64 holds every difference here exactly.
+func (f format) round(vals []float64, x float32) uint16 {
 	var sign uint16
 	if math.Signbit(float64(x)) {
 		sign = 0x8000
 	}
 	ax := math.Abs(float64(x))
 	// k is the largest pattern with value <= ax.
-	k := sort.Search(int(f.maxFinite)+1, func(i int) bool { return f.decode(uint16(i)) > ax }) - 1
-	lo := f.decode(uint16(k))
+	k := sort.Search(int(f.maxFinite)+1, func(i int) bool { return vals[i] > ax }) - 1
+	lo := vals[k]
 	var hi float64
 	if k == int(f.maxFinite) {
-		hi = 2*lo - f.decode(uint16(k-1)) // the next value, were the exponent range wider
+		hi = 2*lo - vals[k-1] // the next value, were the exponent range wider
 	} else {
-		hi = f.decode(uint16(k + 1))
+		hi = vals[k+1]
 	}
 	up := hi-ax < ax-lo || hi-ax == ax-lo && k&1 == 1
 	if ax == lo {
@@ -84,6 +84,17 @@ func (f format) round(x float32) uint16 {
 		k++ // k+1 == maxFinite+1 is the Inf pattern
 	}
 	return sign | uint16(k)
+}
+
+// values returns decode of every finite positive pattern, in order: the
+// table round searches, built once per test rather than decoded at each
+// step of every search.
+func (f format) values() []float64 {
+	vals := make([]float64, int(f.maxFinite)+1)
+	for k := range vals {
+		vals[k] = f.decode(uint16(k))
+	}
+	return vals
 }
 
 func TestKnownValues(t *testing.T) {
@@ -228,6 +239,7 @@ func boundaryInputs(f format) []float32 {
 func TestToHalfReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, f := range []format{fp16, bf16} {
+		vals := f.values()
 		xs := boundaryInputs(f)
 		for range 1 << 16 {
 			xs = append(xs, math.Float32frombits(r.Uint32()))
@@ -240,7 +252,7 @@ func TestToHalfReference(t *testing.T) {
 				}
 				continue
 			}
-			if want := f.round(x); got != want {
+			if want := f.round(vals, x); got != want {
 				t.Fatalf("%s to(%g = %#08x) = %#04x, want %#04x", f.name, x, math.Float32bits(x), got, want)
 			}
 		}
