@@ -217,7 +217,9 @@ func decode(r io.Reader, size int64, name string, keep bool) (*Snapshot, error) 
 		return fmt.Errorf("%w: %s: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
 	}
 	crc := crc64.New(crcTable)
-	tr := io.TeeReader(bufio.NewReaderSize(r, 1<<20), crc)
+	// A buffer no larger than the file: reading a small one should not
+	// allocate and clear a whole MiB.
+	tr := io.TeeReader(bufio.NewReaderSize(r, int(min(max(size, 16), 1<<20))), crc)
 	if size < int64(prefixLen+trailerLen) {
 		return nil, corrupt("%d bytes, too short for a checkpoint", size)
 	}
