@@ -108,7 +108,7 @@ func TestDerivationsAreDeterministicAndIndependent(t *testing.T) {
 // an in-memory pipe and returns each side's error and the names they saw.
 func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr error, clientSaw, serverSaw string, rejected []error) {
 	t.Helper()
-	c, s := net.Pipe()
+	c, s := tcpPair(t)
 	defer c.Close()
 	defer s.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -130,6 +130,34 @@ func handshake(t *testing.T, client, server *Identity) (clientErr, serverErr err
 	c.Close()
 	<-done
 	return
+}
+
+// tcpPair returns the two ends of a loopback TCP connection. Unlike
+// net.Pipe's, its writes are buffered: a side that refuses the other's
+// certificate can send its alert while the other is still writing its
+// flight, where net.Pipe would hold both until the deadline.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, _ := ln.Accept() // nil if Dial failed, which Fatal reports
+		accepted <- s
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		c.Close()
+		t.Fatal("accept failed")
+	}
+	return c, s
 }
 
 // handshakeSkipVerify is handshake with a client that does not check the
