@@ -80,7 +80,7 @@ func (e *Engine) boundary(ctx context.Context) (Change, error) {
 	p, err := vote.Make(vote.Input{Iter: e.it.iter, Members: v.Members, Joiners: v.Joiners, Shares: v.Shares, Recs: recs,
 		Known: known, BatchFit: e.bal.BatchFit(), MaxView: config.MaxView, Checked: rec.Digest != 0,
 		NextCheck: e.it.nextCheck, LBBSP: e.cfg.Balance == config.BalanceLBBSP, Global: e.cfg.GlobalBatch,
-		Balance: e.bal.State(), ReprobeEvery: e.test.ReprobeEvery})
+		Balance: e.bal.State(), ReprobeEvery: e.opts.Test.ReprobeEvery})
 	if err != nil {
 		return Change{}, e.settle(ctx, v, err)
 	}

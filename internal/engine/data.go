@@ -219,7 +219,7 @@ func (e *Engine) peerLostError(iter int64, r int, p transport.PeerID, err error)
 	if d := e.live.StalledSince(e.it.lastVote); d > e.cfg.PeerTimeout {
 		pl.Unresponsive, pl.SelfRank, pl.Self, pl.PeerTimeout = d, e.cur.Rank, transport.PeerID(e.cfg.Name), e.cfg.PeerTimeout
 	}
-	return e.errs.PeerLost(pl)
+	return e.opts.Errors.PeerLost(pl)
 }
 
 // Comm returns the current view's data communicator.

@@ -39,7 +39,7 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 	self := e.self()
 	e.gossip, err = gossip.Start(gossip.Config{Name: cfg.Name, Job: cfg.Job, DataAddr: self.Addr, Listen: cfg.Listen,
 		Advertise: cfg.Advertise, Seeds: cfg.Seeds, Key: sec.GossipKey(), Local: cfg.GossipTiming == config.GossipLocal,
-		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Block: e.test.GossipBlock, Logger: e.log})
+		ProbeInterval: cfg.GossipProbeInterval, SuspicionMult: cfg.GossipSuspicionMult, Block: e.opts.Test.GossipBlock, Logger: e.log})
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 // startAdmissions starts the members' side of the admission handshake
 // for the current view.
 func (e *Engine) startAdmissions() {
-	e.adm = admission.Start(e.links.T, e.gossip, e.self().ID, e.fitting(), e.cur.Members, e.test.HandshakeNote,
+	e.adm = admission.Start(e.links.T, e.gossip, e.self().ID, e.fitting(), e.cur.Members, e.opts.Test.HandshakeNote,
 		e.log.With().Str("component", "admission").Logger())
 }
 
@@ -110,7 +110,7 @@ func (e *Engine) startAdmissions() {
 // (gossip.AwaitWelcome).
 func (e *Engine) awaitWelcome(ctx context.Context, startIfGone bool) (gossip.Welcome, error) {
 	req := admission.Request{Version: admission.Version, Addr: e.self().Addr, Fit: e.fitting()}
-	return e.gossip.AwaitWelcome(ctx, e.links.T, req, startIfGone, e.test.HandshakeNote, e.joinEnded)
+	return e.gossip.AwaitWelcome(ctx, e.links.T, req, startIfGone, e.opts.Test.HandshakeNote, e.joinEnded)
 }
 
 // membershipRecord fills rec's membership fields: the leave request, the

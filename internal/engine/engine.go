@@ -86,9 +86,10 @@ type IterationFailed struct {
 // Engine is one worker of a job. Its methods other than Close and
 // RequestLeave belong to the trainer's goroutine.
 type Engine struct {
-	cfg  config.Config
-	test testhook.Hooks
-	errs Errors
+	cfg config.Config
+	// opts are Join's options: the test seams and the error builders are
+	// read from them.
+	opts Options
 	// log carries the worker's id and current rank (rank, which
 	// installView sets); plain carries the id only, for the ring, which
 	// adds its own rank.
@@ -218,7 +219,7 @@ func Join(ctx context.Context, cfg config.Config, o Options) (*Engine, error) {
 	base := cfg.Log()
 	hooked := base.Hook(config.RankHook{Rank: rank})
 	cfg.Logger = &hooked
-	e := &Engine{cfg: cfg, test: o.Test, errs: o.Errors, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
+	e := &Engine{cfg: cfg, opts: o, rank: rank, log: hooked.With().Str("id", cfg.Name).Logger(),
 		plain: base.With().Str("id", cfg.Name).Logger(), state: o.State, sampler: smp}
 	e.it.redoneMismatch = -1
 	e.fp.at, _ = config.ParseFailpoint(cfg.Failpoint) // Check checked it
@@ -297,7 +298,7 @@ func (e *Engine) openReporting() error {
 	if e.cfg.Lone() {
 		tname = "mem"
 	}
-	rep, err := obs.Open(obs.Options{Observer: e.cfg.Observer, Timeline: e.cfg.Timeline, Skew: e.test.TimelineSkew,
+	rep, err := obs.Open(obs.Options{Observer: e.cfg.Observer, Timeline: e.cfg.Timeline, Skew: e.opts.Test.TimelineSkew,
 		MetricsAddr: e.cfg.MetricsAddr, Transport: tname, T: e.links.T, Heartbeats: e.heartbeatAges,
 		PeerTimeout: e.cfg.PeerTimeout, Log: e.log})
 	if err != nil {

@@ -81,7 +81,7 @@ func (e *Engine) failures(recs []vote.Record, iter int64, local error) error {
 	if len(ranks) == 0 {
 		return nil
 	}
-	return e.errs.IterationFailed(IterationFailed{Iter: iter, Ranks: ranks, Reasons: reasons, Local: local})
+	return e.opts.Errors.IterationFailed(IterationFailed{Iter: iter, Ranks: ranks, Reasons: reasons, Local: local})
 }
 
 // statusOf classifies a local failure for the record.
