@@ -1,9 +1,11 @@
 package ring
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -249,18 +251,61 @@ func checkChunk(chunkElems, maxSpan int) error {
 // through the peers. Sends of a later step (forwarding what the receive
 // brings) are not waited for. The wait cannot deadlock: such a send
 // depends only on receives of earlier steps.
+//
+// It sweeps the steps in order over the buffer cut at every span's ends,
+// keeping per piece the last send so far that read it: linear in the
+// plan's size where every span covers a few pieces, as in every plan of
+// this package, not the product of its sends and receives.
 func orderOverwrites(p Plan) Plan {
-	for j := range p.Recvs {
-		r := &p.Recvs[j]
-		if r.Reduce || r.After >= 0 || r.Len == 0 {
-			continue
+	todo := 0
+	for _, r := range p.Recvs {
+		if !r.Reduce && r.After < 0 && r.Len > 0 {
+			todo++
 		}
-		for i := len(p.Sends) - 1; i >= 0; i-- {
-			s := &p.Sends[i]
-			if s.Step < r.Step && s.Len > 0 && s.Off < r.End() && r.Off < s.End() {
-				r.After = i
-				break
+	}
+	if todo == 0 {
+		return p
+	}
+	recvs := make([]int, 0, todo) // the receives to order, then by step
+	cuts := make([]int, 0, 2*(todo+len(p.Sends)))
+	for j, r := range p.Recvs {
+		if !r.Reduce && r.After < 0 && r.Len > 0 {
+			recvs = append(recvs, j)
+			cuts = append(cuts, r.Off, r.End())
+		}
+	}
+	var sends []int // the sends that read something, by step
+	for i, s := range p.Sends {
+		if s.Len > 0 {
+			sends = append(sends, i)
+			cuts = append(cuts, s.Off, s.End())
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	slices.SortStableFunc(recvs, func(a, b int) int { return cmp.Compare(p.Recvs[a].Step, p.Recvs[b].Step) })
+	slices.SortStableFunc(sends, func(a, b int) int { return cmp.Compare(p.Sends[a].Step, p.Sends[b].Step) })
+	last := make([]int, len(cuts)-1) // per piece [cuts[k], cuts[k+1]): the last send so far that read it
+	for k := range last {
+		last[k] = -1
+	}
+	pieces := func(s Span) []int {
+		lo, _ := slices.BinarySearch(cuts, s.Off)
+		hi, _ := slices.BinarySearch(cuts, s.End())
+		return last[lo:hi]
+	}
+	next := 0
+	for _, j := range recvs {
+		r := &p.Recvs[j]
+		for ; next < len(sends) && p.Sends[sends[next]].Step < r.Step; next++ {
+			i := sends[next]
+			ps := pieces(p.Sends[i].Span)
+			for k := range ps {
+				ps[k] = max(ps[k], i)
 			}
+		}
+		for _, i := range pieces(r.Span) {
+			r.After = max(r.After, i)
 		}
 	}
 	return p
