@@ -321,22 +321,22 @@ func TestCollectives(t *testing.T) {
 	}
 }
 
-// TestLarge runs the collectives on a buffer of a million and three
-// elements, in chunks of 16 Ki elements: every collective at n = 3, and the
-// allreduces also at n = 2 and n = 5. Simulating moves every byte several
-// times, which the race detector makes costly, so the set is small.
+// TestLarge runs the collectives on a buffer of largeLength elements in
+// chunks of largeChunk: every collective at n = 3, and the allreduces also
+// at n = 2 and n = 5. Simulating moves every byte several times, which the
+// race detector makes costly, so the set is small.
 func TestLarge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large buffers")
 	}
-	const length = 1_000_003
+	const length = largeLength
 	for _, n := range []int{2, 3, 5} {
 		for _, k := range kinds(n) {
 			if k.want == nil || (n != 3 && k.name != "allreduce" && k.name != "recursive-doubling") {
 				continue
 			}
 			t.Run(fmt.Sprintf("n=%d/%s", n, k.name), func(t *testing.T) {
-				chunks := []int{1 << 14}
+				chunks := []int{largeChunk}
 				if k.name == "allreduce" && n == 3 {
 					chunks = append(chunks, 1<<30) // one message per segment
 				}
@@ -348,6 +348,20 @@ func TestLarge(t *testing.T) {
 		}
 	}
 }
+
+// The large tests' buffer, in elements, and chunks: for the simulator in
+// elements, for the executor in bytes. A million and three elements in
+// chunks of 16 Ki elements (simulator) or 256 KiB (executor) scaled down
+// by 8: the same number of chunks per segment at n = 2, 3 and 5 and per
+// broadcast, with a short last chunk each time, and the same remainder
+// mod 2 to 6 (both are 43 mod 60), at an eighth of the cost under -race.
+// TestLongMatrix runs the executor at the full million and three, without
+// it.
+const (
+	largeLength     = 125_023
+	largeChunk      = 1 << 11
+	largeChunkBytes = 32 << 10
+)
 
 // checkStructure checks the plans of one collective without running them:
 // per-peer order agreement, After pointing backwards, chunk sizes, and for

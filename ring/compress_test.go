@@ -166,18 +166,18 @@ func TestReduceScatterCompressed(t *testing.T) {
 	}
 }
 
-// TestCompressedLarge runs a million and three elements, in chunks of 64
-// Ki elements: every op at n = 2, alternating the wire formats, and one
-// allreduce and one reduce-scatter at n = 3. Encoding is slow under the
-// race detector, so the set is small.
+// TestCompressedLarge runs largeLength elements, in chunks of
+// largeChunkBytes of float32: every op at n = 2, alternating the wire
+// formats, and one allreduce and one reduce-scatter at n = 3. Encoding is
+// slow under the race detector, so the set is small.
 func TestCompressedLarge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large buffers")
 	}
-	const length = 1_000_003
+	const length = largeLength
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 256 << 10 })
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = largeChunkBytes })
 			rng := rand.New(rand.NewPCG(uint64(n), 13))
 			ops := allOps
 			if n == 3 {

@@ -279,11 +279,13 @@ func TestAllReduceReference(t *testing.T) {
 	}
 }
 
+// TestAllReduceLarge runs allreduces of largeLength elements in chunks of
+// largeChunkBytes.
 func TestAllReduceLarge(t *testing.T) {
-	const length = 1_000_003
+	const length = largeLength
 	for _, n := range []int{2, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = 256 << 10 })
+			cl := newCluster(t, n, func(c *Config) { c.ChunkBytes = largeChunkBytes })
 			rng := rand.New(rand.NewPCG(uint64(n), 2))
 			testAllReduce[float32](t, cl.comms, rng, wire.OpSum, length)
 			testAllReduce[float64](t, cl.comms, rng, wire.OpAvg, length)
