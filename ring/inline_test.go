@@ -177,35 +177,31 @@ func TestSmallCollectivesRunInline(t *testing.T) {
 	}
 }
 
-// TestInlineOrderNeverWaits replays walkInline's order on every plan the
-// package makes: when receive j comes up, the send it waits for (After)
-// has been issued, and every send is issued by the end. With sends that
-// never block, an inline collective then never waits on itself.
-func TestInlineOrderNeverWaits(t *testing.T) {
-	for _, n := range worldSizes {
-		for _, k := range kinds(n) {
-			for _, length := range lengths(n) {
-				for _, chunk := range []int{1, 5, 1 << 30} {
-					for r, p := range plans(t, k, n, length, chunk) {
-						i := 0
-						for j, x := range p.Recvs {
-							for i < len(p.Sends) && p.Sends[i].After < j {
-								i++
-							}
-							if x.After >= i {
-								t.Fatalf("%s n=%d length=%d chunk=%d rank %d: receive %d waits for send %d, not issued before it",
-									k.name, n, length, chunk, r, j, x.After)
-							}
-						}
-						for i < len(p.Sends) && p.Sends[i].After < len(p.Recvs) {
-							i++
-						}
-						if i != len(p.Sends) {
-							t.Fatalf("%s n=%d length=%d chunk=%d rank %d: send %d is never issued", k.name, n, length, chunk, r, i)
-						}
-					}
-				}
+// checkInlineOrder replays walkInline's order on the plans of one
+// collective: when receive j comes up, the send it waits for (After) has
+// been issued, and every send is issued by the end. With sends that never
+// block, an inline collective then never waits on itself. checkStructure
+// runs it, so it sees every plan TestCollectives simulates (every world
+// size, kind, length and chunk size of its table but chunks of 1 and 2
+// elements at n = 64's long lengths), TestLarge's and the fuzzer's.
+func checkInlineOrder(tb testing.TB, k kind, ps []Plan) {
+	tb.Helper()
+	for r, p := range ps {
+		i := 0
+		for j, x := range p.Recvs {
+			for i < len(p.Sends) && p.Sends[i].After < j {
+				i++
 			}
+			if x.After >= i {
+				tb.Fatalf("%s n=%d length=%d chunk=%d rank %d: receive %d waits for send %d, not issued before it",
+					k.name, len(ps), p.Length, p.ChunkElems, r, j, x.After)
+			}
+		}
+		for i < len(p.Sends) && p.Sends[i].After < len(p.Recvs) {
+			i++
+		}
+		if i != len(p.Sends) {
+			tb.Fatalf("%s n=%d length=%d chunk=%d rank %d: send %d is never issued", k.name, len(ps), p.Length, p.ChunkElems, r, i)
 		}
 	}
 }
