@@ -81,7 +81,7 @@ func (t *Transport) serve(c net.Conn) {
 	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
 	// A client's first bytes come at once; one that sends none soon
 	// holds its pending slot only briefly.
-	c.SetDeadline(time.Now().Add(min(firstByteTimeout, t.cfg.HandshakeTimeout)))
+	c.SetDeadline(time.Now().Add(min(t.cfg.firstByteTimeout, t.cfg.HandshakeTimeout)))
 	raw := c
 	hc := &handshakeConn{Conn: c, slots: t.handshaking, deadline: deadline, closed: t.ctx.Done()}
 	defer hc.finish()

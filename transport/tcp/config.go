@@ -47,6 +47,9 @@ type Config struct {
 	// logEveryRefusal turns off the refusal log's rate limit, for tests
 	// that read every refusal.
 	logEveryRefusal bool
+	// firstByteTimeout replaces the package's firstByteTimeout when not
+	// zero, for tests that hold connections silent for longer.
+	firstByteTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -58,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.firstByteTimeout == 0 {
+		c.firstByteTimeout = firstByteTimeout
 	}
 	return c
 }
