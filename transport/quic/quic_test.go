@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
@@ -641,50 +642,29 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		c.logEveryRefusal = false
 	})
 	b := newNode(t, ours, "b", nil)
+	// c and d exchange the same heartbeats away from the flood: the
+	// delays that load and the dialers' own handshakes, computed in this
+	// process, cause every pair alike.
+	c := newNode(t, ours, "c", nil)
+	d := newNode(t, ours, "d", nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	if err := b.Connect(ctx, "a", a.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	// b sends a a small message every 50 ms, as heartbeats go; a tracks the
-	// longest gap between arrivals.
-	stop := make(chan struct{})
-	var longest time.Duration
-	received := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			b.Send(ctx, "a", transport.ChanLiveness, wire.Header{Kind: wire.KindControl}, nil)
-		}
-	}()
-	go func() {
-		last := time.Now()
-		for {
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, _, err := a.Recv(rctx, "b", transport.ChanLiveness, nil)
-			rcancel()
-			select {
-			case <-stop:
-				received <- nil
-				return
-			default:
-			}
-			if err != nil {
-				received <- err
-				return
-			}
-			longest = max(longest, time.Since(last))
-			last = time.Now()
-		}
-	}()
+	if err := d.Connect(ctx, "c", c.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	beating, stop := context.WithCancel(ctx)
+	flooded := heartbeats(beating, b, a)
+	control := heartbeats(beating, d, c)
+	start := time.Now()
 
+	// 32 dialers at once: past maxHandshakes/2 under way, clients must
+	// prove their address with a Retry first.
 	intruder := transporttest.Issue(t, theirs, "intruder").ClientTLS(ALPN)
 	intruder.InsecureSkipVerify = true
-	const dialers, each = 32, 40
+	const dialers, each = 32, 5
 	var wg sync.WaitGroup
 	for range dialers {
 		wg.Go(func() {
@@ -702,23 +682,73 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	if err := <-received; err != nil {
-		t.Fatalf("the legitimate peer's messages during the flood: %v", err)
+	stop()
+	got, want := <-flooded, <-control
+	if got.err != nil {
+		t.Fatalf("the legitimate peer's messages during the flood: %v", got.err)
 	}
-	if longest > time.Second {
-		t.Fatalf("a legitimate message waited %v during the flood", longest)
+	if want.err != nil {
+		t.Fatalf("the other pair's messages during the flood: %v", want.err)
 	}
-	t.Logf("longest gap between legitimate messages during %d handshakes: %v", dialers*each, longest)
+	t.Logf("longest gap between legitimate messages during %d handshakes: %v (%v between the other pair's)", dialers*each, got.longest, want.longest)
+	// On a loaded machine both gaps grow, and alike: 0.4 to 0.9 s with
+	// another process busy on one of two cores. A stall of the flooded
+	// transport shows as a gap of its own.
+	if limit := max(time.Second, 2*want.longest); got.longest > limit {
+		t.Fatalf("a legitimate message waited %v during the flood, over %v (the other pair's longest wait was %v)", got.longest, limit, want.longest)
+	}
 	a.Close()
+	// At most floodlog.DefaultTotal lines and a summary per window.
+	windows := int(time.Since(start)/floodlog.DefaultWindow) + 1
 	log := logs.String()
-	if n := strings.Count(log, `"level":"warn"`); n > 2*(floodlogTotal+1) {
-		t.Fatalf("%d warnings for a flood of %d handshakes:\n%s", n, dialers*each, log)
+	if n := strings.Count(log, `"level":"warn"`); n > windows*(floodlog.DefaultTotal+1) {
+		t.Fatalf("%d warnings for a flood of %d handshakes in %d windows of %v:\n%s", n, dialers*each, windows, floodlog.DefaultWindow, log)
 	}
 	if !strings.Contains(log, "refused: client certificate not issued by this cluster") || !strings.Contains(log, "without logging each") {
 		t.Fatalf("the log does not show the refusals and their summary:\n%s", log)
 	}
 }
 
-// floodlogTotal is the refusal log's default number of lines per window.
-const floodlogTotal = 4
+// gaps is what heartbeats saw: the longest wait between two arrivals, or
+// why a receive failed.
+type gaps struct {
+	longest time.Duration
+	err     error
+}
+
+// heartbeats has from send to a small message every 50 ms, as heartbeats
+// go, until ctx ends, and then reports the longest gap between arrivals.
+func heartbeats(ctx context.Context, from, to *Transport) <-chan gaps {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			from.Send(ctx, to.cfg.ID, transport.ChanLiveness, wire.Header{Kind: wire.KindControl}, nil)
+		}
+	}()
+	res := make(chan gaps, 1)
+	go func() {
+		var g gaps
+		last := time.Now()
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _, err := to.Recv(rctx, from.cfg.ID, transport.ChanLiveness, nil)
+			rcancel()
+			if ctx.Err() != nil {
+				res <- g
+				return
+			}
+			if err != nil {
+				g.err = err
+				res <- g
+				return
+			}
+			g.longest = max(g.longest, time.Since(last))
+			last = time.Now()
+		}
+	}()
+	return res
+}
