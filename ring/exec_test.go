@@ -565,16 +565,22 @@ func TestKill(t *testing.T) {
 	}
 }
 
+// startKernelPool starts the kernels' default pool, if no test has yet:
+// a synctest bubble must not start it, since its workers live as long as
+// the process.
+func startKernelPool(tb testing.TB) {
+	tb.Helper()
+	big := make([]float32, kernels.ParallelThreshold)
+	if err := kernels.Reduce(kernels.OpSum, big, big); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // TestTimeout checks, in fake time, that a rank cut off from the others
 // (with no liveness to tell) makes every rank fail with ErrTimeout at the
 // collective timeout.
 func TestTimeout(t *testing.T) {
-	// Start the kernels' default pool outside the bubble: its workers live
-	// as long as the process.
-	big := make([]float32, kernels.ParallelThreshold)
-	if err := kernels.Reduce(kernels.OpSum, big, big); err != nil {
-		t.Fatal(err)
-	}
+	startKernelPool(t)
 	synctest.Test(t, func(t *testing.T) {
 		cl := newCluster(t, 4, nil)
 		cl.net.Partition([]transport.PeerID{cl.ids[0]})
@@ -622,9 +628,15 @@ func TestBandwidthEstimate(t *testing.T) {
 	}
 }
 
-// TestTimeoutRearms checks that the deadline of a collective that timed
-// out ends no later one, and that every collective gets its own.
+// TestTimeoutRearms checks, in fake time, that the deadline of a
+// collective that timed out ends no later one, and that every collective
+// gets its own.
 func TestTimeoutRearms(t *testing.T) {
+	startKernelPool(t)
+	synctest.Test(t, testTimeoutRearms)
+}
+
+func testTimeoutRearms(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	cl := newCluster(t, 2, func(c *Config) { c.CollectiveTimeout = timeout })
 	for round := range 2 {

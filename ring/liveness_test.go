@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -52,7 +53,14 @@ func (cl *cluster) withLiveness(tb testing.TB, adjust func(*Config)) {
 
 // TestLateIsNotDead: a rank that enters an allreduce long after the others
 // (five peer timeouts) is waited for, since it keeps answering heartbeats.
+// It runs in fake time: under load, a heartbeat could be late by the
+// 200 ms peer timeout.
 func TestLateIsNotDead(t *testing.T) {
+	startKernelPool(t)
+	synctest.Test(t, testLateIsNotDead)
+}
+
+func testLateIsNotDead(t *testing.T) {
 	cl := newCluster(t, 3, nil)
 	cl.withLiveness(t, nil)
 	errs := each(cl.comms, func(r int, c *Comm) error {
@@ -76,6 +84,11 @@ func TestLateIsNotDead(t *testing.T) {
 // TestLateBeyondCollectiveTimeout: past CollectiveTimeout a late rank does
 // fail the collective, with a TimeoutError naming it.
 func TestLateBeyondCollectiveTimeout(t *testing.T) {
+	startKernelPool(t)
+	synctest.Test(t, testLateBeyondCollectiveTimeout)
+}
+
+func testLateBeyondCollectiveTimeout(t *testing.T) {
 	cl := newCluster(t, 2, nil)
 	cl.withLiveness(t, func(c *Config) { c.CollectiveTimeout = 300 * time.Millisecond })
 	errs := each(cl.comms, func(r int, c *Comm) error {
@@ -97,36 +110,41 @@ func TestLateBeyondCollectiveTimeout(t *testing.T) {
 
 // TestFrozenPeerIsGone: a rank frozen as an allreduce starts (alive
 // connections, a silent process, as under SIGSTOP) is declared gone by
-// every other rank within about its peer timeout, with an error naming it.
+// every other rank after its peer timeout and a few liveness checks, in
+// fake time, with an error naming it.
 func TestFrozenPeerIsGone(t *testing.T) {
+	startKernelPool(t)
 	for _, algo := range algos {
 		t.Run(algo.name, func(t *testing.T) {
-			const n, victim = 4, 1
-			cl := newCluster(t, n, nil)
-			cl.withLiveness(t, func(c *Config) { c.SmallBytes = algo.small; c.ChunkBytes = 4 << 10 })
-			t.Cleanup(func() { cl.net.Thaw(cl.ids[victim]) })
-			cl.net.Freeze(cl.ids[victim])
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			took := make([]time.Duration, n)
-			errs := each(cl.comms, func(r int, c *Comm) error {
-				err := AllReduce(ctx, c, wire.OpSum, make([]float32, 64<<10))
-				took[r] = time.Since(start)
-				return err
+			synctest.Test(t, func(t *testing.T) {
+				const n, victim = 4, 1
+				cl := newCluster(t, n, nil)
+				cl.withLiveness(t, func(c *Config) { c.SmallBytes = algo.small; c.ChunkBytes = 4 << 10 })
+				t.Cleanup(func() { cl.net.Thaw(cl.ids[victim]) })
+				cl.net.Freeze(cl.ids[victim])
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				took := make([]time.Duration, n)
+				errs := each(cl.comms, func(r int, c *Comm) error {
+					err := AllReduce(ctx, c, wire.OpSum, make([]float32, 64<<10))
+					took[r] = time.Since(start)
+					return err
+				})
+				for r, err := range errs {
+					if r == victim {
+						continue
+					}
+					peer, ok := transport.PeerOf(err)
+					if !errors.Is(err, transport.ErrPeerGone) || !ok || peer != cl.ids[victim] {
+						t.Errorf("rank %d: got %v, want a peer error naming %s", r, err, cl.ids[victim])
+					}
+					// Fake time: no load delays the heartbeats or the checks.
+					if took[r] < testPeerTimeout || took[r] > testPeerTimeout+4*testInterval {
+						t.Errorf("rank %d took %v to fail, want %v and a few liveness checks", r, took[r], testPeerTimeout)
+					}
+				}
 			})
-			for r, err := range errs {
-				if r == victim {
-					continue
-				}
-				peer, ok := transport.PeerOf(err)
-				if !errors.Is(err, transport.ErrPeerGone) || !ok || peer != cl.ids[victim] {
-					t.Errorf("rank %d: got %v, want a peer error naming %s", r, err, cl.ids[victim])
-				}
-				if took[r] > testPeerTimeout+time.Second {
-					t.Errorf("rank %d took %v to fail", r, took[r])
-				}
-			}
 		})
 	}
 }
