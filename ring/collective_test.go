@@ -278,9 +278,17 @@ func bytesOf(c []cell) string {
 
 var worldSizes = []int{1, 2, 3, 4, 5, 7, 8, 16, 64}
 
-// lengths returns the buffer lengths tested at world size n.
+// lengths returns the buffer lengths tested at world size n: 997 cuts
+// segments of two lengths, 1000 segments of one where n divides it. Where
+// it does not (n = 3, 7, 16, 64), 1000 also cuts segments of two lengths,
+// with short last chunks for the same chunk sizes as 997: the same plans
+// but for offsets, which are the costliest to simulate, so it is left
+// out. (A broadcast of 1000 in whole chunks runs at n = 2, 4, 5 and 8.)
 func lengths(n int) []int {
-	ls := []int{0, 1, n - 1, n + 1, 997, 1000}
+	ls := []int{0, 1, n - 1, n + 1, 997}
+	if 1000%n == 0 {
+		ls = append(ls, 1000)
+	}
 	slices.Sort(ls)
 	return slices.Compact(ls)
 }
