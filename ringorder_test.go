@@ -29,17 +29,18 @@ func blockRacks(net *mem.Network, ids []transport.PeerID) {
 	racks(net, ids, func(r int) int { return r / 2 })
 }
 
-// racks delays every message between ranks in different racks by 100 ms
-// and clears the links within a rack. At 40 ms, a probe within a rack
-// slowed by the race detector and by the packages CI tests beside it
-// (4 MiB through mem) could take as long as one across racks, and two CI
-// runs chose address order.
+// racks caps every link between ranks in different racks at 10 MB/s, a
+// slow uplink, and clears the links within a rack. A probe's 4 MiB then
+// take 0.4 s across racks and milliseconds within one, a margin that the
+// race detector and CI's load do not erase; small messages, the
+// training's and the pings', cross at once. (A 100 ms delay per message
+// did the same, but the probes' 32 round trips per pair took 6 s.)
 func racks(net *mem.Network, ids []transport.PeerID, rackOf func(rank int) int) {
 	for a := range ids {
 		for b := range ids {
 			var l mem.Link
 			if rackOf(a) != rackOf(b) {
-				l.Delay = 100 * time.Millisecond
+				l.Rate = 10e6
 			}
 			net.SetLink(ids[a], ids[b], l)
 		}

@@ -408,6 +408,43 @@ func dropPattern(t *testing.T, seed int64) [2][]int {
 	return got
 }
 
+// TestRateSerializes: on a link of 10 MB/s, four 1 MB messages sent at
+// once arrive 100 ms apart, and a small one sent after them waits its
+// turn; the other direction, with no rate, is not held back.
+func TestRateSerializes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := mem.NewNetwork(7)
+		nodes, ctx := connected(t, net, 2)
+		a, b := nodes[0], nodes[1]
+		net.SetLink(a.ID, b.ID, mem.Link{Rate: 10e6})
+		start := time.Now()
+		big := make([]byte, 1e6)
+		for i := range 4 {
+			if err := a.T.Send(ctx, b.ID, transport.ChanData, hdr(i), big); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(t, ctx, a, b, 4)
+		send(t, ctx, b, a, 0)
+		expectSeq(t, ctx, a, b.ID, 0)
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the unlimited direction took %v", d)
+		}
+		buf := make([]byte, len(big))
+		for i := range 5 {
+			h, _, err := b.T.Recv(ctx, a.ID, transport.ChanData, buf)
+			if err != nil || h.Seq != uint64(i) {
+				t.Fatalf("message %d: %+v, %v", i, h, err)
+			}
+			// The small one takes its own few bytes' worth after the four.
+			want := time.Duration(min(i+1, 4)) * 100 * time.Millisecond
+			if d := time.Since(start); d < want || d > want+time.Microsecond {
+				t.Errorf("message %d arrived after %v, want %v", i, d, want)
+			}
+		}
+	})
+}
+
 func TestSeedReplays(t *testing.T) {
 	first := dropPattern(t, 42)
 	for i, p := range first {

@@ -35,6 +35,11 @@ type Link struct {
 	// Jitter adds a further random delay, uniform in [0, Jitter). Messages
 	// still arrive in order: one never overtakes an earlier, slower one.
 	Jitter time.Duration
+	// Rate, if not 0, is the link's bandwidth in bytes per second: a
+	// message takes its length over Rate to cross, after the messages sent
+	// before it on any channel of the link, as on a slow uplink. Small
+	// messages cross it at once, so a slow link need not be a distant one.
+	Rate float64
 }
 
 // Network connects in-process transports and injects faults between them.
@@ -54,6 +59,8 @@ type Network struct {
 	mu    sync.Mutex
 	nodes map[transport.PeerID]*Transport // live transports
 	links map[route]Link
+	// busy is when each link with a Rate has carried what was sent on it.
+	busy  map[route]time.Time
 	group map[transport.PeerID]int // partition group per peer; nil when whole
 	rngs  map[stream]*rand.Rand
 }
@@ -109,6 +116,7 @@ func (n *Network) SetLink(from, to transport.PeerID, l Link) {
 	l.Drop = min(max(l.Drop, 0), 1)
 	l.Delay = max(l.Delay, 0)
 	l.Jitter = max(l.Jitter, 0)
+	l.Rate = max(l.Rate, 0)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if l == (Link{}) {
@@ -162,11 +170,12 @@ func (n *Network) updateFaulty() {
 	n.faulty.Store(len(n.links) > 0 || n.group != nil)
 }
 
-// fate decides whether a message on s is lost and, if not, how long it is
-// held back. Each stream draws from its own source, so its choices depend
-// only on the seed and on how many messages the stream carried before, not
-// on how concurrent senders on other streams interleave.
-func (n *Network) fate(s stream) (lost bool, delay time.Duration) {
+// fate decides whether a message of size bytes on s is lost and, if not,
+// how long it is held back. Each stream draws from its own source, so its
+// choices depend only on the seed and on how many messages the stream
+// carried before, not on how concurrent senders on other streams
+// interleave.
+func (n *Network) fate(s stream, size int) (lost bool, delay time.Duration) {
 	if !n.faulty.Load() {
 		return false, 0
 	}
@@ -185,6 +194,19 @@ func (n *Network) fate(s stream) (lost bool, delay time.Duration) {
 	delay = l.Delay
 	if l.Jitter > 0 {
 		delay += time.Duration(n.rng(s).Int64N(int64(l.Jitter)))
+	}
+	if l.Rate > 0 {
+		r, now := route{s.from, s.to}, time.Now()
+		start := n.busy[r]
+		if start.Before(now) {
+			start = now // the link is idle
+		}
+		done := start.Add(time.Duration(float64(size) / l.Rate * float64(time.Second)))
+		if n.busy == nil {
+			n.busy = make(map[route]time.Time)
+		}
+		n.busy[r] = done
+		delay += done.Sub(now)
 	}
 	return false, delay
 }

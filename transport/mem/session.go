@@ -67,7 +67,7 @@ func (s *session) healthy() bool {
 // direction.
 func (s *session) send(n *Network, side int, ch transport.Channel, hdr wire.Header, payload []byte) error {
 	to := s.end[1-side]
-	lost, delay := n.fate(stream{s.end[side].id, to.id, ch})
+	lost, delay := n.fate(stream{s.end[side].id, to.id, ch}, len(payload))
 	var b *[]byte
 	if !lost && len(payload) > 0 {
 		b = n.pool.get(len(payload))
