@@ -420,11 +420,22 @@ func TestBoundaryComparesStates(t *testing.T) {
 		t.Fatalf("equal states: %v", err)
 	}
 	params[2][17] += 1e-12
-	for r, err := range gyretest.Each(ws, boundary) {
-		if !errors.Is(err, gyre.ErrDiverged) || !containsAll(err.Error(), "rank 2", "different state") {
-			t.Errorf("rank %d: Boundary = %v, want gyre.ErrDiverged naming rank 2's state", r, err)
+	// Hashing that a loaded machine stalls may push the next check a
+	// boundary or two further (its cost over the iteration's sets the
+	// interval); every rank still meets it at the same boundary.
+	for range 10 {
+		errs := gyretest.Each(ws, boundary)
+		if errors.Join(errs...) == nil {
+			continue // not checked at this boundary, on any rank
 		}
+		for r, err := range errs {
+			if !errors.Is(err, gyre.ErrDiverged) || !containsAll(err.Error(), "rank 2", "different state") {
+				t.Errorf("rank %d: Boundary = %v, want gyre.ErrDiverged naming rank 2's state", r, err)
+			}
+		}
+		return
 	}
+	t.Fatal("10 boundaries after the states diverged, none checked them")
 }
 
 // TestCloseWhileSubmitting closes a worker from another goroutine while
