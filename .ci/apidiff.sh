@@ -2,7 +2,8 @@
 # The public API check: apidiff (golang.org/x/exp) compares the module's
 # public API at the last release, whose commit CHANGELOG.md names in an
 # "api-baseline" comment, with the working tree. Every incompatible change
-# it reports must be named in CHANGELOG.md's Unreleased section; main
+# it reports must be named under Changed or Removed in CHANGELOG.md's
+# Unreleased section (an entry under Added does not excuse a break); main
 # packages (cmd/, examples/) are not importable, so their changes do not
 # count. Run it from the repository root; it needs the git history.
 set -euo pipefail
@@ -20,8 +21,12 @@ git worktree add --detach -q "$work/base" "$base"
 (cd "$work/base" && apidiff -m -w "$work/base.api" "$module" >/dev/null 2>&1)
 apidiff -m -w "$work/head.api" "$module" >/dev/null 2>&1
 apidiff -m -incompatible "$work/base.api" "$work/head.api" > "$work/report" 2>/dev/null || true
-# The Unreleased section: from its heading to the next release's.
-unreleased=$(awk '/^## \[Unreleased\]/{on=1; next} /^## \[/{on=0} on' CHANGELOG.md)
+# Unreleased's Changed and Removed subsections: from the Unreleased
+# heading to the next release's, and within it from "### Changed" or
+# "### Removed" to the next "###" heading.
+unreleased=$(awk '/^## \[Unreleased\]/{in_rel=1; next} /^## \[/{in_rel=0}
+  in_rel && /^### /{on=($0 ~ /^### (Changed|Removed)$/); next}
+  in_rel && on' CHANGELOG.md)
 missing=0
 while IFS= read -r line; do
   case "$line" in
@@ -38,12 +43,12 @@ while IFS= read -r line; do
   if grep -qF -- "$what" <<<"$unreleased"; then
     echo "named in CHANGELOG.md: $line"
   else
-    echo "NOT named in CHANGELOG.md's Unreleased section: $line"
+    echo "NOT named under Changed or Removed in CHANGELOG.md's Unreleased section: $line"
     missing=1
   fi
 done < "$work/report"
 if [ "$missing" != 0 ]; then
-  echo "apidiff: an incompatible change of the public API is not in CHANGELOG.md (Unreleased): name it there, with what users must change"
+  echo "apidiff: an incompatible change of the public API is not in CHANGELOG.md (Unreleased): name it under Changed or Removed, with what users must change"
   exit 1
 fi
 echo "apidiff: the public API against $base: every incompatible change is in CHANGELOG.md"

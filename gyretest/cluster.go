@@ -323,9 +323,11 @@ func blackhole(tr string) (hole, error) {
 // Joiner is a worker joining a gossiping Cluster at run time.
 type Joiner struct {
 	// Index is its index in the Cluster's slices once it has joined.
-	Index  int
-	done   chan struct{}
-	cancel context.CancelFunc
+	Index int
+	done  chan struct{}
+	// cancel is behind a pointer so that Joiner stays comparable, as it
+	// was in 0.1.0 (a func field would not be).
+	cancel *context.CancelFunc
 	w      *gyre.Worker
 	err    error
 }
@@ -355,7 +357,7 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 	}
 	opts := c.options(tb, r, c.IDs[r], cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.JoinTimeout)
-	j := &Joiner{Index: r, done: make(chan struct{}), cancel: cancel}
+	j := &Joiner{Index: r, done: make(chan struct{}), cancel: &cancel}
 	go func() {
 		defer close(j.done)
 		defer cancel()
@@ -372,7 +374,7 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 
 // Cancel ends the joiner's Join now, as if its JoinTimeout had passed: a
 // joiner that is to stay pending is then done without the wait.
-func (j *Joiner) Cancel() { j.cancel() }
+func (j *Joiner) Cancel() { (*j.cancel)() }
 
 // Wait waits for the joiner's Join, records the worker in the Cluster at
 // its Index, and returns it.
