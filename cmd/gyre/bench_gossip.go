@@ -18,6 +18,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/bench"
+	"github.com/gyre-ml/gyre/internal/bench/linkbench"
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/membership"
 )
@@ -106,7 +107,7 @@ func newBenchGossipCmd(c *cli) *cobra.Command {
 				rep.Method = fmt.Sprintf("time from starting the process of node 0 until the last of %d processes "+
 					"reports all %d alive", n, n)
 				prefix := []string{"--log-level", c.logLevel, "--log-format", c.logFormat, "bench", "gossip", gossipNodeCmdName}
-				start := bench.ExecPeer(exe, prefix, childEnv(c.env.environ()), cmd.ErrOrStderr())
+				start := linkbench.ExecPeer(exe, prefix, childEnv(c.env.environ()), cmd.ErrOrStderr())
 				run = func(ctx context.Context) (time.Duration, error) { return gossipProcs(ctx, n, start) }
 			}
 			for i := range runs {
@@ -226,20 +227,20 @@ func gossipInProcess(ctx context.Context, n int, log zerolog.Logger) (time.Durat
 // gossipProcs runs n nodes as processes started by start and returns the
 // time from starting node 0's process until the last one reports that it
 // sees n alive.
-func gossipProcs(ctx context.Context, n int, start bench.PeerStarter) (time.Duration, error) {
+func gossipProcs(ctx context.Context, n int, start linkbench.PeerStarter) (time.Duration, error) {
 	s, err := secret.Generate()
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills any process still running
-	var procs []*bench.PeerProcess
+	var procs []*linkbench.PeerProcess
 	defer func() {
 		for _, p := range procs {
 			p.Stdin.Close()
 		}
 		for _, p := range procs {
-			_ = bench.StopPeer(p) // stdin already closed: all stop at once; how each ended is logged
+			_ = linkbench.StopPeer(p) // stdin already closed: all stop at once; how each ended is logged
 		}
 	}()
 	type event struct {

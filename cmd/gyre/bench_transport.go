@@ -14,6 +14,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/bench"
+	"github.com/gyre-ml/gyre/internal/bench/linkbench"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -55,7 +56,7 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 			"  gyre bench transport --bidir --transport quic --sizes 64M,256M",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			variants, err := bench.SelectVariants(transportName, insecure)
+			variants, err := linkbench.SelectVariants(transportName, insecure)
 			if err != nil {
 				return err
 			}
@@ -82,8 +83,8 @@ func newBenchTransportCmd(c *cli) *cobra.Command {
 			defer cancel()
 			// The child logs as this process does, to the same stderr.
 			prefix := []string{"--log-level", c.logLevel, "--log-format", c.logFormat, "bench", peerCmdName}
-			start := bench.ExecPeer(exe, prefix, childEnv(c.env.environ()), cmd.ErrOrStderr())
-			rep, err := bench.RunTransport(ctx, bench.TransportOptions{
+			start := linkbench.ExecPeer(exe, prefix, childEnv(c.env.environ()), cmd.ErrOrStderr())
+			rep, err := linkbench.RunTransport(ctx, linkbench.TransportOptions{
 				Variants:     variants,
 				Stripes:      stripeList,
 				Sizes:        sizeList,
@@ -159,7 +160,7 @@ func newBenchTransportPeerCmd(c *cli) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), deadline)
 			defer cancel()
-			return bench.ServePeer(ctx, bench.PeerOptions{
+			return linkbench.ServePeer(ctx, linkbench.PeerOptions{
 				Links:        links,
 				Bare:         bare,
 				Key:          key,
@@ -169,9 +170,9 @@ func newBenchTransportPeerCmd(c *cli) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringToStringVar(&links, bench.FlagLink, nil, "VARIANT/STRIPES=ADDR: a Gyre link and the parent's address for it")
-	f.StringSliceVar(&bare, bench.FlagBare, nil, "baselines to serve: quic, tls, tcp")
-	f.DurationVar(&deadline, bench.FlagDeadline, 10*time.Minute, "exit after this long whatever the parent does")
+	f.StringToStringVar(&links, linkbench.FlagLink, nil, "VARIANT/STRIPES=ADDR: a Gyre link and the parent's address for it")
+	f.StringSliceVar(&bare, linkbench.FlagBare, nil, "baselines to serve: quic, tls, tcp")
+	f.DurationVar(&deadline, linkbench.FlagDeadline, 10*time.Minute, "exit after this long whatever the parent does")
 	return cmd
 }
 

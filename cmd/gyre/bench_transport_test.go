@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gyre-ml/gyre/internal/bench"
+	"github.com/gyre-ml/gyre/internal/bench/linkbench"
 	"github.com/gyre-ml/gyre/internal/secret"
 )
 
@@ -61,7 +61,7 @@ func TestBenchTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep linkbench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestBenchTransportBidir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep linkbench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -276,7 +276,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 		times[i] = float64(time.Since(t0)) / float64(time.Microsecond)
 		if sweep.done++; o.Progress != nil {
 			o.Progress(AllReduceProgress{Size: size, SizeIndex: sweep.index, Sizes: len(o.Sizes), Iter: i + 1, Iters: row.Iters,
-				Done: sweep.done, Total: sweep.total, LastUS: times[i], BusBW: gbps(size, times[i]) * 2 * float64(n-1) / float64(n)})
+				Done: sweep.done, Total: sweep.total, LastUS: times[i], BusBW: GBps(size, times[i]) * 2 * float64(n-1) / float64(n)})
 		}
 	}
 	if err := ring.AllReduce(ctx, c, wire.OpMax, times); err != nil {
@@ -284,7 +284,7 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 	}
 	row.TimesUS = times
 	row.MedianUS, row.MinUS = Median(times), slices.Min(times)
-	row.AlgBW = gbps(size, row.MedianUS)
+	row.AlgBW = GBps(size, row.MedianUS)
 	row.BusBW = row.AlgBW * 2 * float64(n-1) / float64(n)
 	return row, nil
 }

@@ -7,9 +7,7 @@
 // baseline interleaves runs of the two and quotes the median of the
 // per-run ratios, so drift on a shared machine hits both sides alike.
 //
-// The transport benchmark runs two processes: RunTransport in the parent
-// and ServePeer in a child it starts through a PeerStarter. Each Gyre
-// transport variant is paired with a bare baseline that carries the same
-// bytes with no Gyre framing. bench/RESULTS.md records the figures, and
-// the scripts beside it in bench/ drive clusters and reference peers.
+// The transport benchmark is in linkbench. bench/RESULTS.md records the
+// figures, and the scripts beside it in bench/ drive clusters and
+// reference peers.
 package bench

@@ -421,7 +421,7 @@ func (r *OverlapReport) SetCommand(cmd string) { r.Command = cmd }
 // with the median time (mean over ranks) and its spread over ranks, then
 // the derived figures against their targets.
 func (r *OverlapReport) WriteTable(w io.Writer) error {
-	ew := &errWriter{w: w}
+	ew := &ErrWriter{W: w}
 	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	m := r.Machine
 	p("# %s\n", r.Command)
@@ -460,7 +460,7 @@ func (r *OverlapReport) WriteTable(w io.Writer) error {
 		fmt.Sprintf("<=%.2f", OverlapBoundTarget), verdict(f.OverlapOverBound > 0 && f.OverlapOverBound <= OverlapBoundTarget))
 	p("%-54s %8.3f %10s %s\n", "no-overlap/overlap (speed-up)", f.Speedup,
 		fmt.Sprintf(">=%.2f", OverlapSpeedupTarget), verdict(f.Speedup >= OverlapSpeedupTarget))
-	return ew.err
+	return ew.Err
 }
 
 // modeRuns reports whether mode has the phase: compute does not wait, and

@@ -20,8 +20,8 @@ func Median(xs []float64) float64 {
 	return (s[m-1] + s[m]) / 2
 }
 
-// micros converts durations to microseconds.
-func micros(ds []time.Duration) []float64 {
+// Micros converts durations to microseconds.
+func Micros(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
 		out[i] = float64(d) / float64(time.Microsecond)
@@ -29,9 +29,9 @@ func micros(ds []time.Duration) []float64 {
 	return out
 }
 
-// gbps is the bandwidth of bytes moved in us microseconds, in GB/s of 1e9
+// GBps is the bandwidth of bytes moved in us microseconds, in GB/s of 1e9
 // bytes per second as nccl-tests reports it.
-func gbps(bytes int64, us float64) float64 {
+func GBps(bytes int64, us float64) float64 {
 	if us <= 0 {
 		return 0
 	}

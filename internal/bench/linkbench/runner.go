@@ -1,4 +1,4 @@
-package bench
+package linkbench
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/internal/bench"
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/internal/syncio"
 	"github.com/gyre-ml/gyre/internal/wire"
@@ -34,10 +35,10 @@ const stopTimeout = 10 * time.Second
 type TransportOptions struct {
 	Variants []Variant // required
 	Stripes  []int     // default [1]
-	Sizes    []int64   // default DefaultSizes
+	Sizes    []int64   // default bench.DefaultSizes
 	Warmup   int       // untimed messages before the runs of each size and round trip; 0 for none
-	Iters    int       // timed messages per run; 0: DefaultIters(size)
-	Runs     int       // interleaved runs of gyre and bare; default DefaultRuns
+	Iters    int       // timed messages per run; 0: bench.DefaultIters(size)
+	Runs     int       // interleaved runs of gyre and bare; default bench.DefaultRuns
 	// Bidir measures both processes sending to each other at once, a
 	// two-rank ring's traffic, instead of one-way throughput and the
 	// round trip.
@@ -54,10 +55,10 @@ func (o TransportOptions) withDefaults() (TransportOptions, error) {
 		o.Stripes = []int{1}
 	}
 	if len(o.Sizes) == 0 {
-		o.Sizes, _ = ParseSizes(DefaultSizes)
+		o.Sizes, _ = bench.ParseSizes(bench.DefaultSizes)
 	}
 	if o.Runs == 0 {
-		o.Runs = DefaultRuns
+		o.Runs = bench.DefaultRuns
 	}
 	o.Warmup = max(o.Warmup, 0)
 	if o.NewTransport == nil {
@@ -96,7 +97,7 @@ func (o TransportOptions) iters(size int64) int {
 	if o.Iters > 0 {
 		return o.Iters
 	}
-	return DefaultIters(size)
+	return bench.DefaultIters(size)
 }
 
 // PeerProcess is a started peer.
@@ -259,7 +260,7 @@ func RunTransport(ctx context.Context, o TransportOptions, start PeerStarter) (r
 	rep = &Report{
 		Command: o.Command,
 		Date:    time.Now(),
-		Machine: ThisMachine(),
+		Machine: bench.ThisMachine(),
 		Settings: Settings{
 			Stripes: o.Stripes, Sizes: o.Sizes, Warmup: o.Warmup, Iters: o.Iters, Runs: o.Runs,
 			Bidir: o.Bidir,
@@ -363,7 +364,7 @@ func measure(ctx context.Context, o TransportOptions, rep *Report, v Variant, st
 				if err != nil {
 					return fmt.Errorf("%s round trip: %w", side.name, err)
 				}
-				us[i] = Median(micros(ds))
+				us[i] = bench.Median(bench.Micros(ds))
 			}
 			runs[r] = Pair{GyreUS: us[0], BareUS: us[1]}
 		}

@@ -1,8 +1,9 @@
-package bench
+package linkbench
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gyre-ml/gyre/internal/bench"
 	"math"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ func sampleReport() *Report {
 	return &Report{
 		Command: "gyre bench transport --runs=3",
 		Date:    time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
-		Machine: Machine{Host: "h", OS: "linux", Arch: "amd64", CPUs: 2, Go: "go1.26"},
+		Machine: bench.Machine{Host: "h", OS: "linux", Arch: "amd64", CPUs: 2, Go: "go1.26"},
 		Settings: Settings{
 			Variants: []string{"quic"}, Stripes: []int{1}, Sizes: []int64{4096, 1 << 20}, Warmup: 3, Runs: 3,
 		},

@@ -1,39 +1,23 @@
-package bench
+package linkbench
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gyre-ml/gyre/internal/bench"
 	"io"
-	"os"
-	"runtime"
 	"time"
 )
 
 // Report is the result of a transport benchmark, as printed and as written
 // to --json.
 type Report struct {
-	Command   string    `json:"command"`
-	Date      time.Time `json:"date"`
-	Machine   Machine   `json:"machine"`
-	Settings  Settings  `json:"settings"`
-	Method    []string  `json:"method"`
-	OneWay    []OneWay  `json:"one_way"`
-	RoundTrip []RTT     `json:"round_trip"`
-}
-
-// Machine describes where a report was measured.
-type Machine struct {
-	Host string `json:"host"`
-	OS   string `json:"os"`
-	Arch string `json:"arch"`
-	CPUs int    `json:"cpus"`
-	Go   string `json:"go"`
-}
-
-// ThisMachine describes the running machine.
-func ThisMachine() Machine {
-	host, _ := os.Hostname()
-	return Machine{Host: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	Command   string        `json:"command"`
+	Date      time.Time     `json:"date"`
+	Machine   bench.Machine `json:"machine"`
+	Settings  Settings      `json:"settings"`
+	Method    []string      `json:"method"`
+	OneWay    []OneWay      `json:"one_way"`
+	RoundTrip []RTT         `json:"round_trip"`
 }
 
 // Settings are the options a report was measured with.
@@ -42,7 +26,7 @@ type Settings struct {
 	Stripes  []int    `json:"stripes"`
 	Sizes    []int64  `json:"sizes"`
 	Warmup   int      `json:"warmup"`
-	Iters    int      `json:"iters"` // 0: DefaultIters per size
+	Iters    int      `json:"iters"` // 0: bench.DefaultIters per size
 	Runs     int      `json:"runs"`
 	Bidir    bool     `json:"bidir"` // throughput both ways at once, no round trip
 }
@@ -98,10 +82,10 @@ func newOneWay(variant, bare string, stripes int, size int64, iters int, runs []
 	}
 	row := OneWay{
 		Variant: variant, Bare: bare, Stripes: stripes, SizeBytes: size, Iters: iters,
-		TimeUS: Median(g), BareTimeUS: Median(b), Ratio: Median(r), Runs: runs,
+		TimeUS: bench.Median(g), BareTimeUS: bench.Median(b), Ratio: bench.Median(r), Runs: runs,
 	}
-	row.GBps = gbps(size, row.TimeUS)
-	row.BareGBps = gbps(size, row.BareTimeUS)
+	row.GBps = bench.GBps(size, row.TimeUS)
+	row.BareGBps = bench.GBps(size, row.BareTimeUS)
 	return row
 }
 
@@ -114,14 +98,14 @@ func newRTT(variant, bare string, stripes int, size int64, iters int, runs []Pai
 	}
 	return RTT{
 		Variant: variant, Bare: bare, Stripes: stripes, SizeBytes: size, Iters: iters,
-		RTTUS: Median(g), BareRTTUS: Median(b), Ratio: Median(r), Runs: runs,
+		RTTUS: bench.Median(g), BareRTTUS: bench.Median(b), Ratio: bench.Median(r), Runs: runs,
 	}
 }
 
 // WriteTable prints the report in the style of nccl-tests: '#' header
 // lines, then one row per measurement.
 func (r *Report) WriteTable(w io.Writer) error {
-	ew := &errWriter{w: w}
+	ew := &bench.ErrWriter{W: w}
 	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	p("# %s\n", r.Command)
 	p("# date %s  host %s  %s/%s  cpus %d  %s\n", r.Date.UTC().Format(time.RFC3339),
@@ -147,7 +131,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if r.Settings.Bidir {
 		// A bidir run measures no round trip.
-		return ew.err
+		return ew.Err
 	}
 	p("#\n# Round trip (ping-pong)\n")
 	p("# %14s %8s %12s %6s %12s %17s %11s\n",
@@ -156,7 +140,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("  %14s %8d %12d %6d %12.1f %17.1f %11.3f\n",
 			t.Variant, t.Stripes, t.SizeBytes, t.Iters, t.RTTUS, t.BareRTTUS, t.Ratio)
 	}
-	return ew.err
+	return ew.Err
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -164,19 +148,4 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-// errWriter keeps the first write error so formatting code stays linear.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
 }
