@@ -67,6 +67,14 @@ type IterationError struct {
 	Reasons []string
 	// Local is this worker's own failure, nil if its collectives completed.
 	Local error
+	// Unresponsive, if not zero, is how long this worker itself could not
+	// run during the iteration, longer than PeerTimeout, as in
+	// PeerLostError: the failures its peers report are then likely its
+	// own doing. SelfRank, Self and PeerTimeout are for the message.
+	Unresponsive time.Duration
+	SelfRank     int
+	Self         transport.PeerID
+	PeerTimeout  time.Duration
 }
 
 func (e *IterationError) Error() string {
@@ -75,6 +83,12 @@ func (e *IterationError) Error() string {
 		parts[i] = fmt.Sprintf("rank %d (%s)", r, e.Reasons[i])
 	}
 	msg := fmt.Sprintf("gyre: iteration %d failed on %s", e.Iter, strings.Join(parts, ", "))
+	if e.Unresponsive > 0 {
+		// This worker's stall first: it is the likely cause.
+		msg = fmt.Sprintf("gyre: rank %d (%s, this worker) was unresponsive for %v in iteration %d, longer than PeerTimeout %v "+
+			"(stopped, as by SIGSTOP, or starved of CPU); the iteration failed on %s",
+			e.SelfRank, e.Self, e.Unresponsive.Round(time.Millisecond), e.Iter, e.PeerTimeout, strings.Join(parts, ", "))
+	}
 	if e.Local != nil {
 		msg += ": " + e.Local.Error()
 	}
@@ -146,5 +160,6 @@ func newPeerLostError(p engine.PeerLost) error {
 // newIterationError is the engine's failed iteration as an
 // *IterationError.
 func newIterationError(f engine.IterationFailed) error {
-	return &IterationError{Iter: f.Iter, Ranks: f.Ranks, Reasons: f.Reasons, Local: f.Local}
+	return &IterationError{Iter: f.Iter, Ranks: f.Ranks, Reasons: f.Reasons, Local: f.Local,
+		Unresponsive: f.Unresponsive, SelfRank: f.SelfRank, Self: f.Self, PeerTimeout: f.PeerTimeout}
 }

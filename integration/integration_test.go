@@ -112,11 +112,15 @@ func TestWrongKeyIsNamed(t *testing.T) {
 }
 
 // TestLostWorkerIsDetected: kill -9 or SIGSTOP of one of 3 training
-// processes is detected by both survivors within PeerTimeout (2 s) plus
-// 1 s, over each transport, and both name the lost rank. A stopped process
-// keeps its connections (the kernel still acknowledges its packets), so
-// only its missing heartbeats tell. The time from the signal to each
-// survivor's exit is logged; bench/RESULTS.md quotes it.
+// processes is detected by both survivors, over each transport, and both
+// name the lost rank. A stopped process keeps its connections (the kernel
+// still acknowledges its packets), so only its missing heartbeats tell.
+// The time from the signal to each survivor's exit is logged;
+// bench/RESULTS.md quotes it: about PeerTimeout (2 s) on a quiet machine.
+// The bound is PeerTimeout plus 3 s: a loaded machine (the race suite
+// beside, stress-ng) has delayed the survivors' exit past 3.5 s, and a
+// detection that waited for any longer timeout (the 10 s probe round, the
+// collective timeout) still fails it.
 func TestLostWorkerIsDetected(t *testing.T) {
 	gyre := gyretest.Gyre(t)
 	for _, tc := range []struct {
@@ -143,7 +147,7 @@ func TestLostWorkerIsDetected(t *testing.T) {
 					if res.Code == 0 || !strings.Contains(res.Stderr, "lost rank 1") {
 						t.Errorf("rank %d exited %d; want it to report rank 1 lost:\n%s", r, res.Code, res.Stderr)
 					}
-					if took > 3*time.Second {
+					if took > 5*time.Second {
 						t.Errorf("rank %d took %v to notice", r, took)
 					}
 					t.Logf("%s/%s: rank %d exited %v after the signal", tc.fault, transport, r, took.Round(time.Millisecond))

@@ -212,14 +212,19 @@ func (e *Engine) peerLost(v *view.View, err error) error {
 }
 
 // peerLostError builds the error for rank r, saying so if this worker
-// itself stalled for longer than PeerTimeout since the previous boundary
-// ended: then the peers lost it, not it them.
+// itself stalled: then the peers lost it, not it them.
 func (e *Engine) peerLostError(iter int64, r int, p transport.PeerID, err error) error {
-	pl := PeerLost{Iter: iter, Rank: r, Peer: p, Err: err}
-	if d := e.live.StalledSince(e.it.lastVote); d > e.cfg.PeerTimeout {
-		pl.Unresponsive, pl.SelfRank, pl.Self, pl.PeerTimeout = d, e.cur.Rank, transport.PeerID(e.cfg.Name), e.cfg.PeerTimeout
+	return e.opts.Errors.PeerLost(PeerLost{Iter: iter, Rank: r, Peer: p, Err: err, SelfStall: e.selfStall()})
+}
+
+// selfStall is this worker's own stall since the previous boundary
+// ended, if it was longer than PeerTimeout, or zero.
+func (e *Engine) selfStall() SelfStall {
+	d := e.live.StalledSince(e.it.lastVote)
+	if d <= e.cfg.PeerTimeout {
+		return SelfStall{}
 	}
-	return e.opts.Errors.PeerLost(pl)
+	return SelfStall{Unresponsive: d, SelfRank: e.cur.Rank, Self: transport.PeerID(e.cfg.Name), PeerTimeout: e.cfg.PeerTimeout}
 }
 
 // Comm returns the current view's data communicator.

@@ -64,14 +64,11 @@ type Errors struct {
 
 // PeerLost is a lost worker, as gyre.PeerLostError reports it.
 type PeerLost struct {
-	Iter         int64
-	Rank         int
-	Peer         transport.PeerID
-	Err          error
-	Unresponsive time.Duration
-	SelfRank     int
-	Self         transport.PeerID
-	PeerTimeout  time.Duration
+	Iter int64
+	Rank int
+	Peer transport.PeerID
+	Err  error
+	SelfStall
 }
 
 // IterationFailed is an iteration whose collectives failed on some
@@ -81,6 +78,16 @@ type IterationFailed struct {
 	Ranks   []int
 	Reasons []string
 	Local   error
+	SelfStall
+}
+
+// SelfStall says that this worker itself could not run for Unresponsive,
+// longer than PeerTimeout, during the failed iteration; zero if it ran.
+type SelfStall struct {
+	Unresponsive time.Duration
+	SelfRank     int
+	Self         transport.PeerID
+	PeerTimeout  time.Duration
 }
 
 // Engine is one worker of a job. Its methods other than Close and

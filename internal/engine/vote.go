@@ -81,7 +81,11 @@ func (e *Engine) failures(recs []vote.Record, iter int64, local error) error {
 	if len(ranks) == 0 {
 		return nil
 	}
-	return e.opts.Errors.IterationFailed(IterationFailed{Iter: iter, Ranks: ranks, Reasons: reasons, Local: local})
+	// A worker that was stopped may see its peers' failures, which it
+	// caused, in a vote that still completes: say so, as a lost peer's
+	// error does.
+	return e.opts.Errors.IterationFailed(IterationFailed{Iter: iter, Ranks: ranks, Reasons: reasons, Local: local,
+		SelfStall: e.selfStall()})
 }
 
 // statusOf classifies a local failure for the record.
