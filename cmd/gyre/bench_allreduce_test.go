@@ -17,6 +17,7 @@ import (
 // processes of this binary over each real transport on loopback, and checks
 // that every row is complete and every element was verified.
 func TestBenchAllReduceMultiProcess(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	for _, tc := range []struct {
 		name  string
 		flags []string
@@ -30,6 +31,7 @@ func TestBenchAllReduceMultiProcess(t *testing.T) {
 	} {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s n=%d", tc.name, n), func(t *testing.T) {
+				t.Parallel()
 				args := append([]string{"--log-level", "warn", "bench", "allreduce", "-n", strconv.Itoa(n),
 					"--sizes", "4K,1M", "--iters", "3", "-w", "1", "--timeout", "60s"}, tc.flags...)
 				e := plainEnv(t, nil)
@@ -174,6 +176,7 @@ func TestBenchAllReduceFlags(t *testing.T) {
 // command reach every worker, each writing its own file, and that the
 // launcher writes none.
 func TestProfilesPerWorker(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	dir := t.TempDir()
 	cpu, trace := filepath.Join(dir, "cpu"), filepath.Join(dir, "trace")
 	_, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "--cpu-profile", cpu, "--exec-trace", trace,

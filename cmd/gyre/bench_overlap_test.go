@@ -16,6 +16,7 @@ import (
 // processes of this binary on loopback with a tiny model, and checks that
 // every mode's rows are there with positive times, and the JSON report.
 func TestBenchOverlapMultiProcess(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	jsonPath := filepath.Join(t.TempDir(), "overlap.json")
 	out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "bench", "overlap", "-n", "2",
 		"--hidden", "64,64", "--batch", "32", "--iters", "2", "-w", "1", "--timeout", "60s", "--json", jsonPath, "--compute-procs", "1")

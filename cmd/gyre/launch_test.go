@@ -261,6 +261,7 @@ func TestLaunchWorkersLogWarnings(t *testing.T) {
 }
 
 func TestLaunchRunsGyreSubcommands(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	lines, stderr, err := launchLines(t, nil, "-n", "2", "--", "keygen")
 	hex := regexp.MustCompile(`^\[[01]\] [0-9a-f]{64}$`)
 	if err != nil || len(lines) != 2 || !hex.MatchString(lines[0]) || !hex.MatchString(lines[1]) || lines[0][4:] == lines[1][4:] {

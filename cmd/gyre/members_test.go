@@ -53,6 +53,7 @@ func gossipNode(t *testing.T, s secret.Secret, name, seed string, meta membershi
 // lists two workers in a view and a pending one, sorted by rank, as a
 // table and as JSON, and never itself.
 func TestMembersListsTheJob(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	s, path := keyFile(t)
 	w0 := gossipNode(t, s, "w0", "", membership.Meta{DataAddr: "127.0.0.1:9001", Job: "j", Role: membership.RoleWorker, Epoch: 3, Rank: 1, Device: "cpu"})
 	gossipNode(t, s, "w1", w0.Addr(), membership.Meta{DataAddr: "127.0.0.1:9002", Job: "j", Role: membership.RoleWorker, Epoch: 3, Rank: 0, Device: "cpu"})
@@ -125,6 +126,7 @@ func TestMembersRefusesBadInput(t *testing.T) {
 // TestBenchGossip runs the gossip benchmark in-process and with a process
 // per node, and checks the report.
 func TestBenchGossip(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	for _, procs := range []bool{false, true} {
 		args := []string{"bench", "gossip", "-n", "3", "--runs", "2", "--timeout", "30s"}
 		if procs {

@@ -20,6 +20,7 @@ import (
 // TestTrainMultiProcess runs `gyre launch -n 2 -- train` over real QUIC
 // and checks the report: progress rows, equal shares and the summary.
 func TestTrainMultiProcess(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	out, stderr, err := run(t, testEnv(nil), "--log-level", "warn", "launch", "-n", "2", "--",
 		"train", "--iters", "60", "--eval-every", "30", "--batch", "64", "--balance", "static")
 	if err != nil {
@@ -160,6 +161,7 @@ func TestSaveParamsReplacesTheFile(t *testing.T) {
 // in one digest on every rank, and the two algorithms, which sum in
 // different orders, end in different ones: the pin takes effect.
 func TestTrainAlgoPinned(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
 	digest := regexp.MustCompile(`(?m)^\[[0-2]\] # rank [0-2] final state digest ([0-9a-f]{16}) at iteration 20$`)
 	final := map[string]string{}
 	for _, algo := range []string{"ring", "doubling", "ring", "doubling"} {
