@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU-bound steps that start no process and open no socket: a build
-# without cgo, the collectives' long matrix, the recovery simulator and
-# the fuzzers. .ci/run starts this at the lowest priority (nice 19) beside
+# without cgo, the collectives' long matrix, the task's accuracy check,
+# the recovery simulator and the fuzzers. .ci/run starts this at the lowest priority (nice 19) beside
 # its real-process steps, which leave part of the 2 cores idle while
 # workers wait on timeouts; at nice 19 it takes mostly that idle time.
 # Those steps still run 10 to 35% slower beside it, but CI as a whole is
@@ -17,6 +17,9 @@ CGO_ENABLED=0 go build ./...
 
 step "the collectives' correctness matrix at 1,000,003 elements (too slow under -race)"
 GYRE_LONG_TESTS=1 go test -count=1 -run '^TestLongMatrix$' ./ring/
+
+step "the synthetic task is learnable and not linear (internal/mlp: numerics that build without -race only)"
+go test -count=1 -run '^TestTaskIsValid$' ./internal/mlp/
 
 step "recovery simulator: every second fault at every message step up to 5 ranks (20 steps for 6 and 7), boundaries interrupted, and 20,000 random schedules of 1 to 3 faults up to 8 ranks"
 GYRE_LONG_TESTS=1 go test -count=1 -timeout 30m ./internal/recovery/
