@@ -34,9 +34,9 @@ func TestSurviveKillProcs(t *testing.T) {
 		iters           int
 		extra           []string
 	}
-	jobs := []job{{name: "quic", transport: "quic", iters: 1500, extra: []string{"--eval-every", "500"}}}
+	jobs := []job{{name: "quic", transport: "quic", iters: 800, extra: []string{"--eval-every", "400"}}}
 	if os.Getenv("GYRE_LONG_TESTS") == "1" {
-		jobs = append(jobs, job{name: "tcp", transport: "tcp", iters: 1500, extra: []string{"--eval-every", "500"}},
+		jobs = append(jobs, job{name: "tcp", transport: "tcp", iters: 800, extra: []string{"--eval-every", "400"}},
 			job{name: "quic-16MiB", transport: "quic", iters: 40,
 				extra: []string{"--eval-every", "40", "--hidden", "49152", "--batch", "16", "--lr", "0.003"}})
 	}
