@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The CPU-bound steps that start no process and open no socket: a build
 # without cgo, the collectives' long matrix, the task's accuracy check,
-# the recovery simulator and the fuzzers. .ci/run starts this at the lowest priority (nice 19) beside
-# its real-process steps, which leave part of the 2 cores idle while
-# workers wait on timeouts; at nice 19 it takes mostly that idle time.
-# Those steps still run 10 to 35% slower beside it, but CI as a whole is
-# about 220 s shorter (bench/RESULTS.md). Run alone, it is an ordinary
-# script: bash .ci/pure.sh.
+# the recovery simulator and the fuzzers. .ci/run starts this at the
+# lowest priority (nice 19) beside its race and real-process steps, which
+# leave part of the 2 cores idle while tests and workers wait on
+# timeouts; at nice 19 it takes mostly that idle time. Those steps still
+# run 10 to 35% slower beside it, but CI as a whole is shorter
+# (bench/RESULTS.md). Run alone, it is an ordinary script:
+# bash .ci/pure.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=${CI_START:-$(date +%s)}
