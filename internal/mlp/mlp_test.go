@@ -22,16 +22,22 @@ func trainLocal(tb testing.TB, m *Model, opt *SGD, ds *Dataset, first int64, ite
 			idx[i] = first + int64(k*batch+i)
 		}
 		x, y = ds.Batch(idx, x, y)
-		if _, err := m.Forward(x, y); err != nil {
-			tb.Fatal(err)
-		}
-		m.Backward(nil)
-		if err := opt.Step(m.Params(), m.Grads()); err != nil {
-			tb.Fatal(err)
-		}
+		sgdStep(tb, m, opt, x, y)
 		if every > 0 && (k+1)%every == 0 {
 			report(k + 1)
 		}
+	}
+}
+
+// sgdStep is one forward, backward and optimizer step on the batch x, y.
+func sgdStep(tb testing.TB, m *Model, opt *SGD, x []float64, y []int) {
+	tb.Helper()
+	if _, err := m.Forward(x, y); err != nil {
+		tb.Fatal(err)
+	}
+	m.Backward(nil)
+	if err := opt.Step(m.Params(), m.Grads()); err != nil {
+		tb.Fatal(err)
 	}
 }
 

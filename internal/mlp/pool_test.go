@@ -26,13 +26,7 @@ func (p *pool) train(tb testing.TB, m *Model, opt *SGD, first, iters, batch, eve
 	tb.Helper()
 	for k := range iters {
 		s := (first + k*batch) % p.n
-		if _, err := m.Forward(p.x[s*InputDim:(s+batch)*InputDim], p.y[s:s+batch]); err != nil {
-			tb.Fatal(err)
-		}
-		m.Backward(nil)
-		if err := opt.Step(m.Params(), m.Grads()); err != nil {
-			tb.Fatal(err)
-		}
+		sgdStep(tb, m, opt, p.x[s*InputDim:(s+batch)*InputDim], p.y[s:s+batch])
 		if every > 0 && (k+1)%every == 0 {
 			report(k + 1)
 		}
