@@ -201,6 +201,12 @@ type accState struct {
 	winner Winner
 }
 
+// memberSet is a view's members as bits, and the Members slice they are of.
+type memberSet struct {
+	of  []ID
+	set uint
+}
+
 // violation is an invariant that failed, with what shows it.
 type violation struct {
 	inv  string // "I1" … "I6"
@@ -224,14 +230,19 @@ type sim struct {
 	nextFault   int
 	lastChange  int // the last tick a fault struck, a rank resumed or a view was installed
 
-	downSince []int      // [obs*n+peer]: tick since peer is silent to obs; -1 if not
-	told      []bool     // [obs*n+peer]: obs has had Lost for this silence
-	lateSince []int      // [obs*n+peer]: tick since peer is late to obs; -1 if not
-	installAt []int      // per rank, the tick of its last install
-	heardAt   []int      // [obs*n+peer]: the tick obs last got a message from peer
-	lastAcc   []accState // per rank, the accept state last seen
+	downSince []int   // [obs*n+peer]: tick since peer is silent to obs; -1 if not
+	told      []bool  // [obs*n+peer]: obs has had Lost for this silence
+	lateSince []int   // [obs*n+peer]: tick since peer is late to obs; -1 if not
+	installAt []int   // per rank, the tick of its last install
+	heardAt   []int   // [obs*n+peer]: the tick obs last got a message from peer
+	lastRound []Round // per rank, the accepted round last seen
+
+	due        []int       // nextDue's buffer
+	order      [8]int      // advance's buffer
+	memberSets []memberSet // per rank, members' cache
 
 	installs map[uint64]installRec
+	top      uint64              // the highest epoch in installs
 	accepts  map[acceptKey][]int // the ranks that accepted, per round, view and winner
 	seen     []map[string]bool   // per rank, the views it installed or accepted
 	// hadMajority[e]: since the view of epoch e was first installed (the
@@ -259,6 +270,9 @@ func viewKey(v View) string {
 
 func newSim(sc scenario) *sim {
 	n := sc.n
+	if n > 8 {
+		panic("the sim models up to 8 ranks (idx, late)")
+	}
 	sc.at = slices.Clone(sc.at)
 	s := &sim{sc: sc, n: n, installs: map[uint64]installRec{}, accepts: map[acceptKey][]int{},
 		hadMajority: map[uint64]bool{}, trained: map[uint64]int{}, pending: map[uint64]int{},
@@ -294,7 +308,8 @@ func newSim(sc scenario) *sim {
 	}
 	s.installAt = make([]int, n)
 	s.heardAt = make([]int, n*n)
-	s.lastAcc = make([]accState, n)
+	s.lastRound = make([]Round, n)
+	s.memberSets = make([]memberSet, n)
 	s.maxEver = make([]Commit, n)
 	s.epochMax = make([]map[uint64]Commit, n)
 	for i := range n {
@@ -320,7 +335,7 @@ func newSim(sc scenario) *sim {
 		s.seen = append(s.seen, map[string]bool{viewKey(v): true})
 		s.epochMax[i] = map[uint64]Commit{}
 		s.noteCommit(i, c)
-		s.lastAcc[i] = s.accState(i)
+		s.lastRound[i] = s.ranks[i].acceptedRound
 	}
 	if sc.boundary {
 		s.startBoundary()
@@ -356,7 +371,7 @@ func (s *sim) startBoundary() {
 		k := acceptKey{view: viewKey(next), winner: Winner{Holder: holder, Commit: r.Commit()}}
 		s.accepts[k] = append(s.accepts[k], i)
 		s.seen[i][viewKey(next)] = true
-		s.lastAcc[i] = s.accState(i)
+		s.lastRound[i] = s.ranks[i].acceptedRound
 	}
 	c := s.ranks[0].Commit()
 	for i, r := range s.ranks {
@@ -366,9 +381,9 @@ func (s *sim) startBoundary() {
 		r.Advanced(next, c)
 		s.noteCommit(i, c)
 		s.seen[i][viewKey(next)] = true
-		s.lastAcc[i] = s.accState(i)
+		s.lastRound[i] = s.ranks[i].acceptedRound
 		if _, ok := s.installs[2]; !ok {
-			s.installs[2] = installRec{view: next, winner: Winner{Holder: holder, Commit: c}, barrier: true}
+			s.newInstall(2, installRec{view: next, winner: Winner{Holder: holder, Commit: c}, barrier: true})
 		}
 	}
 	for i := range s.ranks {
@@ -409,7 +424,39 @@ func (s *sim) fail(inv, format string, args ...any) {
 	s.bad = append(s.bad, violation{inv, fmt.Sprintf(format, args...)})
 }
 
-func (s *sim) idx(id ID) int { return slices.Index(s.ids, id) }
+// newInstall records the first install of epoch e.
+func (s *sim) newInstall(e uint64, rec installRec) {
+	s.installs[e] = rec
+	s.top = max(s.top, e)
+}
+
+// idx is id's rank, or -1. IDs are "r0" to "r7" (newSim): reading the
+// digit is much faster than a search or a map, and the sim asks often.
+func (s *sim) idx(id ID) int {
+	if len(id) == 2 && id[0] == 'r' {
+		if i := int(id[1] - '0'); i >= 0 && i < s.n && s.ids[i] == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// members is the set of ranks in rank i's installed view, as bits. It is
+// asked every tick for every pair: the set is kept until the rank
+// installs, which gives it a new Members slice (a clone).
+func (s *sim) members(i int) uint {
+	m, c := s.ranks[i].installed.Members, &s.memberSets[i]
+	if len(m) == len(c.of) && (len(m) == 0 || &m[0] == &c.of[0]) {
+		return c.set
+	}
+	c.of, c.set = m, 0
+	for _, id := range m {
+		if j := s.idx(id); j >= 0 {
+			c.set |= 1 << j
+		}
+	}
+	return c.set
+}
 
 func (s *sim) up(i int) bool { return !s.crashed[i] && !s.gone[i] && s.frozenUntil[i] == 0 }
 
@@ -626,19 +673,19 @@ func (s *sim) run() []violation {
 // nextDue is the index of the next message to deliver, or -1. FIFO
 // delivers in send order; a seeded run picks among the due ones.
 func (s *sim) nextDue() int {
-	var due []int
+	s.due = s.due[:0]
 	for k, e := range s.queue {
 		if e.due <= s.tick && s.frozenUntil[e.to] == 0 {
 			if s.rng == nil {
 				return k
 			}
-			due = append(due, k)
+			s.due = append(s.due, k)
 		}
 	}
-	if len(due) == 0 {
+	if len(s.due) == 0 {
 		return -1
 	}
-	return due[s.rng.IntN(len(due))]
+	return s.due[s.rng.IntN(len(s.due))]
 }
 
 // quietBut is quiet, but a frozen rank may stay frozen: the state in
@@ -668,7 +715,7 @@ func (s *sim) quiet() bool {
 	}
 	for o, ro := range s.ranks {
 		for p, rp := range s.ranks {
-			if o != p && s.up(o) && s.up(p) && !ro.Recovering() && ro.installed.Has(s.ids[p]) && rp.installed.Epoch < ro.installed.Epoch {
+			if o != p && rp.installed.Epoch < ro.installed.Epoch && s.up(o) && s.up(p) && !ro.Recovering() && ro.installed.Has(s.ids[p]) {
 				return false // p is late: o will have evidence against it
 			}
 		}
@@ -682,12 +729,7 @@ func (s *sim) quiet() bool {
 // and every member alive, connected both ways to every other, running
 // in it with one commit, and not recovering.
 func (s *sim) trainable() (View, bool) {
-	var h View
-	for e, rec := range s.installs {
-		if e > h.Epoch {
-			h = rec.view
-		}
-	}
+	h := s.installs[s.top].view
 	if h.Epoch == 0 || s.trained[h.Epoch] >= trainIters || s.pending[h.Epoch] > 0 {
 		return View{}, false
 	}
@@ -745,29 +787,41 @@ func (s *sim) advance() {
 	if s.netDirty {
 		s.noteMajority()
 	}
+	// The loops below run every tick for every pair, so they read a
+	// snapshot: stepping rank o changes only o's own liveness (a rank that
+	// finds diverged states stops) and view, and they refresh it.
+	var live [8]bool
+	for i := range n {
+		live[i] = s.up(i)
+	}
 	for o := range n {
 		for p := range n {
 			k := o*n + p
-			if o == p || s.hears(o, p) || s.crashed[o] {
-				if o != p && s.hears(o, p) {
-					s.downSince[k], s.told[k] = -1, false
-				}
+			if o == p {
+				continue
+			}
+			if live[o] && live[p] && !s.cut[p*n+o] { // o hears p
+				s.downSince[k], s.told[k] = -1, false
+				continue
+			}
+			if s.crashed[o] {
 				continue
 			}
 			if s.downSince[k] < 0 {
 				s.downSince[k] = s.tick
 			}
-			if !s.up(o) || s.told[k] || !s.ranks[o].installed.Has(s.ids[p]) {
+			if !live[o] || s.told[k] || s.members(o)>>p&1 == 0 {
 				continue
 			}
 			if s.tick-max(s.downSince[k], s.installAt[o], s.heardAt[k]) >= peerTimeout {
 				s.told[k] = true
 				s.step(o, Lost{Peer: s.ids[p]})
+				live[o] = s.up(o)
 			}
 		}
 	}
-	s.late()
-	order := make([]int, n)
+	s.late(&live)
+	order := s.order[:n]
 	for i := range order {
 		order[i] = i
 	}
@@ -784,15 +838,20 @@ func (s *sim) advance() {
 
 // late gives a rank that runs in a view, and is not recovering, the
 // evidence against a member of it that is up but late: it still runs in
-// an older view after lateTicks (the collective timeout).
-func (s *sim) late() {
+// an older view after lateTicks (the collective timeout). live is
+// advance's snapshot of up, which it keeps current.
+func (s *sim) late(live *[8]bool) {
 	n := s.n
+	var epoch [8]uint64 // the installed epochs, refreshed as live is
+	for i, r := range s.ranks {
+		epoch[i] = r.installed.Epoch
+	}
 	for o := range n {
 		ro := s.ranks[o]
 		for p := range n {
 			k := o*n + p
-			if o == p || !s.up(o) || !s.up(p) || ro.Recovering() || !ro.installed.Has(s.ids[p]) ||
-				s.ranks[p].installed.Epoch >= ro.installed.Epoch {
+			// The epochs first: they are almost always equal.
+			if o == p || epoch[p] >= epoch[o] || !live[o] || !live[p] || ro.Recovering() || s.members(o)>>p&1 == 0 {
 				s.lateSince[k] = -1
 				continue
 			}
@@ -802,6 +861,7 @@ func (s *sim) late() {
 			if s.tick-s.lateSince[k] >= lateTicks {
 				s.lateSince[k] = s.tick
 				s.step(o, Lost{Peer: s.ids[p]})
+				live[o], epoch[o] = s.up(o), ro.installed.Epoch
 			}
 		}
 	}
@@ -818,14 +878,15 @@ func (s *sim) step(i int, in Input) {
 	outs := r.Step(in)
 	// An accept moves the accepted round (an install keeps it): record
 	// who accepted what, in which round, before checking the installs.
-	if a := s.accState(i); a.round != s.lastAcc[i].round {
+	if r.acceptedRound != s.lastRound[i] {
+		a := s.accState(i)
 		k := acceptKey{round: a.round, view: viewKey(a.view), winner: a.winner}
 		if !slices.Contains(s.accepts[k], i) {
 			s.accepts[k] = append(s.accepts[k], i)
 		}
 		s.seen[i][viewKey(a.view)] = true
+		s.lastRound[i] = a.round
 	}
-	s.lastAcc[i] = s.accState(i)
 	for _, o := range outs {
 		switch o := o.(type) {
 		case Send:
@@ -890,7 +951,7 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 			s.installs[e] = rec
 		}
 	} else {
-		s.installs[e] = installRec{view: v, lost: o.Lost, winner: o.Winner}
+		s.newInstall(e, installRec{view: v, lost: o.Lost, winner: o.Winner})
 		s.netDirty = true // its majority is counted from now
 	}
 	pred := s.initial
