@@ -201,6 +201,10 @@ type accState struct {
 	winner Winner
 }
 
+// maxRanks bounds a scenario's ranks: idx reads one digit, and advance
+// and late keep per-rank arrays of this size.
+const maxRanks = 8
+
 // memberSet is a view's members as bits, and the Members slice they are of.
 type memberSet struct {
 	of  []ID
@@ -237,9 +241,9 @@ type sim struct {
 	heardAt   []int   // [obs*n+peer]: the tick obs last got a message from peer
 	lastRound []Round // per rank, the accepted round last seen
 
-	due        []int       // nextDue's buffer
-	order      [8]int      // advance's buffer
-	memberSets []memberSet // per rank, members' cache
+	due        []int         // nextDue's buffer
+	order      [maxRanks]int // advance's buffer
+	memberSets []memberSet   // per rank, members' cache
 
 	installs map[uint64]installRec
 	top      uint64              // the highest epoch in installs
@@ -270,8 +274,8 @@ func viewKey(v View) string {
 
 func newSim(sc scenario) *sim {
 	n := sc.n
-	if n > 8 {
-		panic("the sim models up to 8 ranks (idx, late)")
+	if n > maxRanks {
+		panic(fmt.Sprintf("the sim models up to %d ranks, not %d", maxRanks, n))
 	}
 	sc.at = slices.Clone(sc.at)
 	s := &sim{sc: sc, n: n, installs: map[uint64]installRec{}, accepts: map[acceptKey][]int{},
@@ -715,7 +719,7 @@ func (s *sim) quiet() bool {
 	}
 	for o, ro := range s.ranks {
 		for p, rp := range s.ranks {
-			if o != p && rp.installed.Epoch < ro.installed.Epoch && s.up(o) && s.up(p) && !ro.Recovering() && ro.installed.Has(s.ids[p]) {
+			if o != p && rp.installed.Epoch < ro.installed.Epoch && s.up(o) && s.up(p) && !ro.Recovering() && s.members(o)>>p&1 == 1 {
 				return false // p is late: o will have evidence against it
 			}
 		}
@@ -790,7 +794,7 @@ func (s *sim) advance() {
 	// The loops below run every tick for every pair, so they read a
 	// snapshot: stepping rank o changes only o's own liveness (a rank that
 	// finds diverged states stops) and view, and they refresh it.
-	var live [8]bool
+	var live [maxRanks]bool
 	for i := range n {
 		live[i] = s.up(i)
 	}
@@ -840,9 +844,9 @@ func (s *sim) advance() {
 // evidence against a member of it that is up but late: it still runs in
 // an older view after lateTicks (the collective timeout). live is
 // advance's snapshot of up, which it keeps current.
-func (s *sim) late(live *[8]bool) {
+func (s *sim) late(live *[maxRanks]bool) {
 	n := s.n
-	var epoch [8]uint64 // the installed epochs, refreshed as live is
+	var epoch [maxRanks]uint64 // the installed epochs, refreshed as live is
 	for i, r := range s.ranks {
 		epoch[i] = r.installed.Epoch
 	}
