@@ -268,8 +268,11 @@ type Comm struct {
 	// ring; autoSmall says the size follows the model (SmallBytes 0).
 	tune      atomic.Pointer[tuning]
 	autoSmall bool
-	// pollCtx is ctx with SetPoll's transport.WithPoll, nil for none.
-	pollCtx context.Context
+	// poll is SetPoll's duration; pollCtx is the view pollView with
+	// transport.WithPoll, nil for none (useView).
+	poll     time.Duration
+	pollCtx  context.Context
+	pollView *opView
 
 	sendc   chan struct{} // starts the send walker on op
 	sendFin chan struct{} // the send walker finished
@@ -537,11 +540,18 @@ func (c *Comm) SetPoll(d time.Duration) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	c.pollCtx = nil
-	if d > 0 {
-		c.pollCtx = transport.WithPoll(c.ctx, d)
-	}
+	c.poll, c.pollCtx, c.pollView = max(d, 0), nil, nil
 	return nil
+}
+
+// useView gives o the op context's view for the collective just begun,
+// and points pollCtx at it: a new view follows only a cancellation, so
+// only then does this allocate.
+func (c *Comm) useView(o *op) {
+	o.ctx = c.ctx.view()
+	if c.poll > 0 && c.pollView != o.ctx {
+		c.pollCtx, c.pollView = transport.WithPoll(o.ctx, c.poll), o.ctx
+	}
 }
 
 // AllReduce replaces data, a buffer of dtype elements, with the reduction

@@ -35,11 +35,15 @@ var (
 	errStopped    = errors.New("ring: stopped after a failure")
 )
 
-// opCtx is the context.Context of the collective in progress. It is reused
-// from one collective to the next, and so is its Done channel as long as it
-// was not cancelled: creating a context per collective would allocate, and
-// the transports register context.AfterFunc once per distinct Done channel,
-// which allocates too. A cancelled opCtx gets a fresh channel on begin.
+// opCtx makes the context.Context of the collective in progress, an
+// opView. The view is reused from one collective to the next, and so is
+// its Done channel, as long as it was not cancelled: creating a context
+// per collective would allocate, and the transports register
+// context.AfterFunc once per distinct Done channel, which allocates too.
+// After a cancellation, begin makes a new view; the cancelled one keeps
+// its error for good, as the context contract requires of a context whose
+// Done is closed: a callback the transports registered on it may read Err
+// after the next collective has begun.
 //
 // It follows the caller's context through a context.AfterFunc on its
 // Done channel. A parent passed to two collectives in a row, as a training
@@ -48,8 +52,7 @@ var (
 // collective's end, so that cancelling it later starts no callback.
 type opCtx struct {
 	mu       sync.Mutex
-	done     chan struct{}
-	err      error
+	cur      *opView
 	parent   context.Context
 	deadline time.Time
 	// active is set from begin to end: only then may a cancellation
@@ -67,38 +70,63 @@ type opCtx struct {
 	keep              bool
 }
 
+// opView is the context an opCtx hands out between two cancellations.
+type opView struct {
+	c    *opCtx
+	done chan struct{}
+	// err, and the deadline it froze, are set once, under c.mu, when
+	// done is closed.
+	err      error
+	deadline time.Time
+}
+
 func newOpCtx() *opCtx {
-	return &opCtx{done: make(chan struct{}), parent: context.Background()}
+	c := &opCtx{parent: context.Background()}
+	c.cur = &opView{c: c, done: make(chan struct{})}
+	return c
 }
 
-// Deadline returns the earlier of the collective's deadline and its
+// view returns the context of the collective in progress, or of the next
+// one if none is: begin replaces a cancelled view.
+func (c *opCtx) view() *opView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+// deadlineLocked is the earlier of the collective's deadline and its
 // parent's.
-func (c *opCtx) Deadline() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *opCtx) deadlineLocked() time.Time {
 	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
-		return d, true
+		return d
 	}
-	return c.deadline, true
+	return c.deadline
 }
 
-func (c *opCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.done
+// Deadline returns the collective's deadline, or its parent's if that is
+// earlier; a cancelled view's stays the one it had then.
+func (v *opView) Deadline() (time.Time, bool) {
+	v.c.mu.Lock()
+	defer v.c.mu.Unlock()
+	if v.err != nil {
+		return v.deadline, true
+	}
+	return v.c.deadlineLocked(), true
 }
 
-func (c *opCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+func (v *opView) Done() <-chan struct{} { return v.done }
+
+func (v *opView) Err() error {
+	v.c.mu.Lock()
+	defer v.c.mu.Unlock()
+	return v.err
 }
 
 // Value returns nil: the op context carries no values. Passing the
 // parent's through would also pass its internal cancellation record, and
 // context.Cause would then report the parent's cause, nil, for an op
 // context that has ended.
-func (c *opCtx) Value(key any) any { return nil }
+func (v *opView) Value(key any) any { return nil }
 
 // cancel ends the context with err unless it has ended already.
 func (c *opCtx) cancel(err error) {
@@ -108,9 +136,9 @@ func (c *opCtx) cancel(err error) {
 }
 
 func (c *opCtx) cancelLocked(err error) {
-	if c.err == nil {
-		c.err = err
-		close(c.done)
+	if v := c.cur; v.err == nil {
+		v.err, v.deadline = err, c.deadlineLocked()
+		close(v.done)
 	}
 }
 
@@ -125,15 +153,14 @@ func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 	if c.closeErr != nil {
 		// Ended for good by shutdown, with its error rather than what
 		// ended an earlier collective.
-		if c.err != c.closeErr {
-			c.done, c.err = make(chan struct{}), c.closeErr
-			close(c.done)
+		if c.cur.err != c.closeErr {
+			c.cur = &opView{c: c, done: make(chan struct{})}
+			c.cancelLocked(c.closeErr)
 		}
 		return c.gen
 	}
-	if c.err != nil {
-		c.done = make(chan struct{})
-		c.err = nil
+	if c.cur.err != nil {
+		c.cur = &opView{c: c, done: make(chan struct{})}
 	}
 	pd := parent.Done()
 	if pd != nil && pd != c.regDone {
@@ -191,7 +218,7 @@ func (c *opCtx) activeGen() (uint64, bool) {
 func (c *opCtx) cancelGen(gen uint64, err error, before func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.active && c.gen == gen && c.err == nil {
+	if c.active && c.gen == gen && c.cur.err == nil {
 		before()
 		c.cancelLocked(err)
 	}
@@ -210,7 +237,9 @@ func (c *opCtx) shutdown(err error) {
 // op is the state of the collective in progress, shared by the walkers.
 // The Comm owns one and reuses it.
 type op struct {
-	c       *Comm
+	c *Comm
+	// ctx is the collective's context, c.ctx's view once begun.
+	ctx     *opView
 	plan    *Plan
 	data    []byte
 	scratch []byte
@@ -269,7 +298,7 @@ func wake(c chan struct{}) {
 
 // waitRecvs waits until more than after receives have completed.
 func (o *op) waitRecvs(after int) error {
-	ctx := o.c.ctx
+	ctx := o.ctx
 	for {
 		if o.stop.Load() {
 			return errStopped
@@ -287,7 +316,7 @@ func (o *op) waitRecvs(after int) error {
 
 // waitSends waits until more than after sends have completed.
 func (o *op) waitSends(after int) error {
-	ctx := o.c.ctx
+	ctx := o.ctx
 	for o.sent.Load() <= int64(after) {
 		select {
 		case <-o.sendWake:
@@ -326,8 +355,8 @@ func (o *op) sendOne(i int) error {
 			return err
 		}
 	}
-	if err := c.t.Send(c.ctx, c.members[x.Peer], c.cfg.Channel, h, payload); err != nil {
-		if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
+	if err := c.t.Send(o.ctx, c.members[x.Peer], c.cfg.Channel, h, payload); err != nil {
+		if ce := o.ctx.Err(); ce != nil && errors.Is(err, ce) {
 			return ce
 		}
 		return fmt.Errorf("ring: %v seq %d: send to %s (rank %d): %w",
@@ -475,14 +504,14 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 	// An inline collective's receives may poll (SetPoll): no walker of
 	// this Comm needs the core meanwhile. Once a stalled send handed the
 	// receives to the second walker, the caller's sends need it.
-	var ctx context.Context = c.ctx
+	var ctx context.Context = o.ctx
 	if o.inline && c.pollCtx != nil && o.stall.Load() != stallHanded {
 		ctx = c.pollCtx
 	}
 	for {
 		h, n, err := c.t.Recv(ctx, peer, c.cfg.Channel, buf)
 		if err != nil && !errors.Is(err, wire.ErrShortBuffer) {
-			if ce := c.ctx.Err(); ce != nil && errors.Is(err, ce) {
+			if ce := o.ctx.Err(); ce != nil && errors.Is(err, ce) {
 				return ce
 			}
 			return fmt.Errorf("ring: %v seq %d: recv from %s (rank %d): %w",
@@ -542,7 +571,7 @@ func (o *op) tellStale(peer int) {
 	}
 	c.toldStale[peer] = o.hdr.Seq + 1
 	h := wire.Header{Kind: wire.KindControl, Epoch: o.hdr.Epoch, Seq: o.hdr.Seq, Flags: flagStaleNotice}
-	ctx, cancel := context.WithTimeout(c.ctx, abortSendTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, abortSendTimeout)
 	defer cancel()
 	if err := c.t.Send(ctx, c.members[peer], c.cfg.Channel, h, nil); err != nil {
 		c.log.Debug().Err(err).Int("peer_rank", peer).Msg("stale-epoch notice not sent")
@@ -800,6 +829,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	// active reads its deadline.
 	o.deadline.Store(int64(start.Add(o.timeout).Sub(c.born)))
 	c.ctx.begin(ctx, start.Add(o.timeout))
+	c.useView(o)
 	c.timer.Reset(o.timeout)
 	inline := c.inline(e, wes)
 	o.inline = inline

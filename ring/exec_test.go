@@ -696,11 +696,11 @@ func TestClosedAfterAFailure(t *testing.T) {
 	o.shutdown(ErrClosed)
 	o.begin(context.Background(), later)
 	select {
-	case <-o.Done():
+	case <-o.view().Done():
 	default:
 		t.Fatal("a collective begun after shutdown is not ended")
 	}
-	if err := o.Err(); err != ErrClosed {
+	if err := o.view().Err(); err != ErrClosed {
 		t.Fatalf("Err = %v, want ErrClosed", err)
 	}
 }
