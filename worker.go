@@ -72,8 +72,13 @@ type Change struct {
 	// Admitted and Departed name the workers that joined the view, and
 	// those that left it at their request, at this boundary; Lost names,
 	// on a Redo, the members of the view this worker ran before that the
-	// new view lacks (killed, stopped or cut off).
+	// new view lacks (killed, stopped or cut off), except the joiners that
+	// view had just admitted: Pending names those. They held none of the
+	// job's state, and a recovery leaves them out whether or not they
+	// are alive; a live one is pending again and is admitted at a later
+	// boundary.
 	Admitted, Departed, Lost []string
+	Pending                  []string
 	// Left says this worker left the job at this boundary, as it asked
 	// with RequestLeave: the Worker is closed, and the trainer stops
 	// without calling Leave.
@@ -327,7 +332,7 @@ func (w *Worker) Comm() (*ring.Comm, error) { return w.e.Comm() }
 func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 	c, err := w.e.Boundary(ctx)
 	return Change{Iter: c.Iter, View: viewOf(c.View), ViewChanged: c.ViewChanged, Shares: c.Shares, SharesChanged: c.SharesChanged,
-		Redo: c.Redo, Admitted: c.Admitted, Departed: c.Departed, Lost: c.Lost, Left: c.Left}, err
+		Redo: c.Redo, Admitted: c.Admitted, Departed: c.Departed, Lost: c.Lost, Pending: c.Pending, Left: c.Left}, err
 }
 
 // RequestLeave asks for this worker to leave the job at the next boundary:

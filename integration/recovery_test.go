@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -412,6 +413,10 @@ func testFailpointsProcs(t *testing.T, tr string) {
 		kill       []int // killed from outside once training, in order
 		joiner     string
 		dead       []int // every process that must have died
+		// quick says the survivors' recoveries take well under the probe
+		// round's 10 s timeout: each "recovered" line's total is below
+		// 5 s (peer timeout 1 s).
+		quick bool
 	}{
 		{name: "vote", n: 4, failpoints: map[int]string{2: "vote@150"}, dead: []int{2}},
 		{name: "seed", n: 4, kill: []int{0}, dead: []int{0}},
@@ -426,6 +431,12 @@ func testFailpointsProcs(t *testing.T, tr string) {
 		{name: "holder", n: 4, failpoints: map[int]string{0: "send-state@1", 2: "vote@150"}, dead: []int{0, 2}},
 		{name: "joiner", n: 4, joiner: "recv-state", dead: []int{4}},
 		{name: "sender-to-joiner", n: 4, failpoints: map[int]string{0: "send-state@1"}, joiner: "-", dead: []int{0}},
+		// Worker 2 dies as the periodic link probes at iteration 1000
+		// begin: its partners end their probes when it falls silent.
+		{name: "probe", n: 4, failpoints: map[int]string{2: "probe@1000"}, dead: []int{2}, quick: true},
+		// Worker 2 dies as the new view that admits a joiner probes its
+		// links: the joiner is not blamed, and stays in.
+		{name: "probe-admission", n: 4, failpoints: map[int]string{2: "probe@1"}, joiner: "-", dead: []int{2}, quick: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// TCP runs this job about 3 times as fast as QUIC: a joiner
@@ -475,6 +486,13 @@ func testFailpointsProcs(t *testing.T, tr string) {
 				}
 				digests[m[2]] = append(digests[m[2]], res.Rank)
 				survivors = append(survivors, res.Rank)
+				if tc.quick {
+					var dead []string
+					for _, d := range tc.dead {
+						dead = append(dead, p.Peers[d])
+					}
+					checkQuickRecovery(t, res, res.Rank < tc.n, 5*time.Second, dead)
+				}
 			}
 			if len(digests) != 1 {
 				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
@@ -482,6 +500,37 @@ func testFailpointsProcs(t *testing.T, tr string) {
 			checkPositions(t, p, tc.dead, iters)
 			matchSingleWorker(t, dir, args, survivors...)
 		})
+	}
+}
+
+// checkQuickRecovery checks each recovery res logged (a JSON log line):
+// it took less than limit, from the lost worker's last heartbeat to the
+// install, and named lost only the addresses in dead. With must, res
+// logged one.
+func checkQuickRecovery(t *testing.T, res gyretest.Result, must bool, limit time.Duration, dead []string) {
+	t.Helper()
+	n := 0
+	for line := range strings.Lines(res.Stderr) {
+		var rec struct {
+			Message string
+			Lost    []string
+			Total   float64 // milliseconds
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || !strings.HasPrefix(rec.Message, "recovered:") {
+			continue
+		}
+		n++
+		if took := time.Duration(rec.Total * float64(time.Millisecond)); took >= limit {
+			t.Errorf("process %d recovered in %v; want under %v:\n%s", res.Rank, took, limit, res.Stderr)
+		}
+		for _, l := range rec.Lost {
+			if !slices.Contains(dead, l) {
+				t.Errorf("process %d named %s lost, a live worker (the dead: %v):\n%s", res.Rank, l, dead, res.Stderr)
+			}
+		}
+	}
+	if must && n == 0 {
+		t.Errorf("process %d logged no recovery:\n%s", res.Rank, res.Stderr)
 	}
 }
 

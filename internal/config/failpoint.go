@@ -29,8 +29,9 @@ const (
 	// FailInstall: a member of the view a recovery decided, as it starts
 	// that view: its peers have agreed on a view that holds it.
 	FailInstall = "install"
-	// FailProbe: at a boundary that measures the links again, as the
-	// probes begin; its peers are probing it.
+	// FailProbe: as the link probes begin, those of a view's start or
+	// the re-probe before iteration ITER (every 1000 iterations); its
+	// peers are probing it.
 	FailProbe = "probe"
 	// FailCheckpoint: the writer of a checkpoint, in the middle of its
 	// file, once BYTES of it are written. Spelled checkpoint@ITER:BYTES

@@ -23,6 +23,7 @@ type Change struct {
 	SharesChanged            bool
 	Redo                     bool
 	Admitted, Departed, Lost []string
+	Pending                  []string
 	Left                     bool
 }
 
@@ -88,7 +89,7 @@ func (e *Engine) boundary(ctx context.Context) (Change, error) {
 	e.notePlan(v, recs, p)
 	var probed view.Probed
 	if p.Reprobe {
-		if probed, err = e.probe(ctx, v); err != nil {
+		if probed, err = e.probe(ctx, v, p.Next); err != nil {
 			return e.recoverOr(ctx, e.lost(v, e.it.iter, err))
 		}
 	}

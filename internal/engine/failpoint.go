@@ -24,11 +24,14 @@ type failpoints struct {
 
 // fail kills the worker if its failpoint is name and the iteration has
 // come: the process by SIGKILL, or a test's worker by its action.
-func (e *Engine) fail(name string) {
-	if e.fp.at.Name != name || e.it.iter < e.fp.at.Iter || e.fp.died.Load() {
+func (e *Engine) fail(name string) { e.failAt(name, e.it.iter) }
+
+// failAt is fail for a step that belongs to iteration iter.
+func (e *Engine) failAt(name string, iter int64) {
+	if e.fp.at.Name != name || iter < e.fp.at.Iter || e.fp.died.Load() {
 		return
 	}
-	e.die(name, e.it.iter)
+	e.die(name, iter)
 }
 
 // die kills the worker at failpoint name, reached at iteration iter, as

@@ -176,7 +176,7 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 			quorum.Reset(e.cfg.QuorumTimeout)
 			continue
 		}
-		e.log.Warn().Strs("lost", ch.Lost).Uint64("old_epoch", old.Epoch).Strs("old_members", old.Names).
+		e.log.Warn().Strs("lost", ch.Lost).Strs("pending", ch.Pending).Uint64("old_epoch", old.Epoch).Strs("old_members", old.Names).
 			Uint64("epoch", o.View.Epoch).Strs("members", ch.View.Members).Int64("iter", e.it.iter).
 			Str("state_from", string(o.Winner.Holder)).
 			Dur("detect", roundAt.Sub(heard)).Dur("agree", agreed.Sub(roundAt)).Dur("transfer", time.Since(agreed)).
@@ -226,12 +226,18 @@ func (e *Engine) installRecovered(ctx context.Context, old *view.View, in recove
 	}
 	// Lost is against the view this worker ran: a view installed by the
 	// protocol but never started here (in.Lost's reference) dropped some.
-	lost := make([]string, len(dropped))
-	for i, id := range dropped {
-		lost[i] = string(id)
+	// Its own joiners are not lost: a recovery leaves them out alive or
+	// dead (they hold no state), and a live one is pending again.
+	var lost, pending []string
+	for _, id := range dropped {
+		if slices.Contains(old.Joiners, id) {
+			pending = append(pending, string(id))
+		} else {
+			lost = append(lost, string(id))
+		}
 	}
 	return Change{Iter: e.it.iter, View: e.View(), ViewChanged: true, Shares: e.Shares(), SharesChanged: true,
-		Redo: true, Lost: lost}, nil
+		Redo: true, Lost: lost, Pending: pending}, nil
 }
 
 // takeRecovered brings every member of the recovered view the winning

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/config"
 	"github.com/gyre-ml/gyre/internal/probe"
+	"github.com/gyre-ml/gyre/internal/recoverer"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/view"
 	"github.com/gyre-ml/gyre/internal/vote"
@@ -191,18 +192,29 @@ func (e *Engine) settleView(ctx context.Context) error {
 		return err
 	}
 	v := e.cur
-	p, err := e.probe(ctx, v)
+	p, err := e.probe(ctx, v, e.it.iter)
 	if err != nil {
 		return err
 	}
 	return v.SetProbed(p)
 }
 
-// probe measures v's links, where the configuration asks for it.
-func (e *Engine) probe(ctx context.Context, v *view.View) (view.Probed, error) {
-	return probe.Run(ctx, probe.Env{T: e.links.T, Order: e.cfg.RingOrder == config.RingOrderAuto,
-		Tune: e.cfg.Algo == config.AlgoAuto || e.cfg.Compress == config.CompressAuto, Seq: uint64(e.it.iter), Log: e.log,
-		Fail: func() { e.fail(config.FailProbe) }, Span: e.span}, v)
+// probe measures v's links, where the configuration asks for it, before
+// iteration at (a failpoint's iteration, and the probe messages'). The
+// probes end as soon as a member falls silent, as a collective does: a
+// pair's exchange would otherwise wait out its round timeout on a dead
+// partner, and the members waiting on that pair would blame a live one.
+func (e *Engine) probe(ctx context.Context, v *view.View, at int64) (view.Probed, error) {
+	if e.live != nil {
+		// A joiner has no Recoverer yet, and its probes too must end.
+		var stop func()
+		ctx, stop = recoverer.Watch(ctx, e.live, e.cfg.PeerTimeout, v.Epoch, v.IDs, v.Rank)
+		defer stop()
+	}
+	p, err := probe.Run(ctx, probe.Env{T: e.links.T, Order: e.cfg.RingOrder == config.RingOrderAuto,
+		Tune: e.cfg.Algo == config.AlgoAuto || e.cfg.Compress == config.CompressAuto, Seq: uint64(at), Log: e.log,
+		Fail: func() { e.failAt(config.FailProbe, at) }, Span: e.span}, v)
+	return p, silentCause(ctx, err)
 }
 
 // setView makes v the current view, closing the previous one.

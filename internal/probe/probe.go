@@ -269,7 +269,9 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	n := len(v.IDs)
 	t := newTable(n)
 	own := t.row(v.Rank)
-	probeLinks(ctx, env, v, own[:n], own[n:2*n])
+	if err := probeLinks(ctx, env, v, own[:n], own[n:2*n]); err != nil {
+		return t, fmt.Errorf("gyre: link probes: %w", err)
+	}
 	hosts := v.Hosts()
 	before := 0 // ranks of this host before this one
 	for r := range v.Rank {
@@ -363,8 +365,9 @@ func slowestLink(speed [][]int64, order []int) float64 {
 // latency (nanoseconds) to every other member of vs into speed and
 // latency, by rank. A link whose probe failed is logged and taken at
 // failedProbeSpeed, with its latency if the round trips were timed
-// before the failure (else 0, unknown).
-func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int64) {
+// before the failure (else 0, unknown). It ends at once with ctx: the
+// caller ends it when a member falls silent, and the view is lost then.
+func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int64) error {
 	n := len(v.IDs)
 	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
 	for round := range probeRounds(n) {
@@ -377,6 +380,9 @@ func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int
 		rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
 		s, l, err := p.exchange(rctx, v.Rank < peer)
 		cancel()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		if err != nil {
 			env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
 				Msg("link probe failed; the ring avoids the link")
@@ -384,6 +390,7 @@ func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int
 		}
 		speed[peer], latency[peer] = s, l.Nanoseconds()
 	}
+	return nil
 }
 
 // probeRounds is the number of rounds of n members' round-robin

@@ -402,9 +402,15 @@ func (rc *Recoverer) Silent(p transport.PeerID) bool { return rc.SilentAt(p, tim
 
 // SilentAt is Silent at now.
 func (rc *Recoverer) SilentAt(p transport.PeerID, now time.Time) bool {
-	heard := rc.cfg.Live.LastHeard(p)
-	_, broken := rc.cfg.Live.Broken(p)
-	return broken || heard.IsZero() || now.Sub(heard) > rc.cfg.PeerTimeout
+	return Silent(rc.cfg.Live, rc.cfg.PeerTimeout, p, now)
+}
+
+// Silent reports whether live's heartbeats say p is gone at now: unheard
+// for longer than peerTimeout, its connection broken, or not watched.
+func Silent(live *liveness.Monitor, peerTimeout time.Duration, p transport.PeerID, now time.Time) bool {
+	heard := live.LastHeard(p)
+	_, broken := live.Broken(p)
+	return broken || heard.IsZero() || now.Sub(heard) > peerTimeout
 }
 
 // Committed records a Commit made in the view of epoch at iteration iter.
@@ -510,10 +516,16 @@ func (rc *Recoverer) NoQuorum(v recovery.View, quorumTimeout time.Duration, caus
 // heartbeats say a member of the view of epoch (ids, this worker at
 // self) other than this worker is gone.
 func (rc *Recoverer) Watch(ctx context.Context, epoch uint64, ids []transport.PeerID, self int) (context.Context, func()) {
+	return Watch(ctx, rc.cfg.Live, rc.cfg.PeerTimeout, epoch, ids, self)
+}
+
+// Watch is Recoverer.Watch for a worker that has no Recoverer yet (one
+// joining its first view), on live's heartbeats with peerTimeout.
+func Watch(ctx context.Context, live *liveness.Monitor, peerTimeout time.Duration, epoch uint64, ids []transport.PeerID, self int) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(rc.Tick())
+		tick := time.NewTicker(tick(peerTimeout))
 		defer tick.Stop()
 		for {
 			select {
@@ -521,13 +533,13 @@ func (rc *Recoverer) Watch(ctx context.Context, epoch uint64, ids []transport.Pe
 				return
 			case <-wctx.Done():
 				return
-			case <-tick.C:
-			}
-			for r, id := range ids {
-				if r != self && rc.Silent(id) {
-					cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
-						r, id, epoch, rc.cfg.PeerTimeout, transport.ErrPeerGone))
-					return
+			case now := <-tick.C:
+				for r, id := range ids {
+					if r != self && Silent(live, peerTimeout, id, now) {
+						cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
+							r, id, epoch, peerTimeout, transport.ErrPeerGone))
+						return
+					}
 				}
 			}
 		}

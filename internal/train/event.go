@@ -46,8 +46,9 @@ type Event struct {
 	Rank, World int
 	ID          string
 	// Admitted and Departed name the workers that joined and left the view
-	// (ViewChanged); Departed names the lost ones (Recovered).
-	Admitted, Departed []string
+	// (ViewChanged); Departed names the lost ones, and Pending the joiners
+	// sent back to pending (Recovered, gyre.Change).
+	Admitted, Departed, Pending []string
 	// Err is the loss (Lost).
 	Err *gyre.PeerLostError
 	// From is the checkpoint the job resumed from (Resumed).
@@ -123,8 +124,15 @@ func (e Event) String() string {
 		return fmt.Sprintf("rank %d/%d rejoined as a new member after the job went on without it: epoch %d, going on from iteration %d",
 			e.Rank, e.World, e.Epoch, e.Iter)
 	case Recovered:
-		return fmt.Sprintf("recovered without %s: epoch %d, %d workers, going on from iteration %d",
-			strings.Join(e.Departed, " "), e.Epoch, e.World, e.Iter)
+		s := "recovered"
+		if len(e.Departed) > 0 {
+			s += " without " + strings.Join(e.Departed, " ")
+		}
+		s += fmt.Sprintf(": epoch %d, %d workers, going on from iteration %d", e.Epoch, e.World, e.Iter)
+		if len(e.Pending) > 0 {
+			s += "; the joiners it was admitting are pending again: " + strings.Join(e.Pending, " ")
+		}
+		return s
 	case Lost:
 		if e.Err.Unresponsive > 0 {
 			return fmt.Sprintf("rank %d (%s, this worker) was unresponsive for %v in iteration %d, longer than the peer timeout: "+

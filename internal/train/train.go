@@ -216,7 +216,7 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 			o.OnEvent(newEvent(Rejoined, w))
 		case change.Redo:
 			e := newEvent(Recovered, w)
-			e.Departed = change.Lost
+			e.Departed, e.Pending = change.Lost, change.Pending
 			o.OnEvent(e)
 		case change.ViewChanged && !change.Left:
 			e := newEvent(ViewChanged, w)
