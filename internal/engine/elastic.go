@@ -14,6 +14,7 @@ import (
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/sampler"
 	"github.com/gyre-ml/gyre/internal/vote"
+	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -60,43 +61,94 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 			defer e.gossip.Regossip(ctx, nil)()
 		}
 	}
-	for !starting {
-		wel, err := e.awaitWelcome(ctx, e.gossip.Starter())
-		if errors.Is(err, gossip.ErrJobGone) {
-			e.log.Info().Msg("this worker is the first seed and gossip lists the job's workers in no view any more: starting the job")
-			starting = true
-			break
+	epoch := uint64(1) // of the view a starter forms
+	for {
+		for !starting {
+			wel, err := e.awaitWelcome(ctx, e.gossip.Starter())
+			if errors.Is(err, gossip.ErrJobGone) {
+				e.log.Info().Msg("this worker is the first seed and gossip lists the job's workers in no view any more: starting the job")
+				starting = true
+				break
+			}
+			if err != nil {
+				return err
+			}
+			err = e.enterView(ctx, wel, start)
+			if err == nil {
+				prestart = wel.Prestart
+				break
+			}
+			if !lostPeer(err) || ctx.Err() != nil {
+				return err
+			}
+			// The members recover without this worker, and admit it later.
+			e.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
+			e.backToPending(vote.PeerIDs(wel.Members))
 		}
-		if err != nil {
+		if starting {
+			err := e.installView(ctx, newView{epoch: epoch, members: []vote.Member{self}, shares: sampler.EqualShares(cfg.GlobalBatch, 1),
+				iter: e.it.iter, what: "the new job's view", sync: syncAlone})
+			if err != nil {
+				return err
+			}
+			if epoch == 1 {
+				e.log.Info().Str("seed", e.gossip.Addr()).Msg("started a new job: others join it with --seed")
+			}
+		}
+		e.startAdmissions()
+		err := e.assemble(ctx, prestart)
+		if err == nil || !lostBeforeStart(ctx, err) {
 			return err
 		}
-		err = e.enterView(ctx, wel, start)
-		if err == nil {
-			prestart = wel.Prestart
-			break
+		others := e.cur.Others()
+		e.adm.Close()
+		e.adm = nil
+		if starting {
+			// Before iteration 0 the starter is the job: it forms the
+			// view anew, alone, and admits the others again.
+			e.log.Warn().Err(err).Strs("dropped", peerNames(others)).Uint64("epoch", e.cur.Epoch+1).
+				Msg("a member was lost before iteration 0: forming the job's view again; the live workers are admitted again")
+			e.live.Watch(nil)
+			e.links.Forget(others)
+			epoch, prestart = e.cur.Epoch+1, true
+			continue
 		}
-		if !lostPeer(err) || ctx.Err() != nil {
-			return err
-		}
-		// The members recover without this worker, and admit it later.
-		e.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
-		e.backToPending(vote.PeerIDs(wel.Members))
+		e.log.Warn().Err(err).Msg("a member was lost before iteration 0: pending again, until the worker that started the job admits this one")
+		e.backToPending(others)
 	}
-	if starting {
-		err := e.installView(ctx, newView{epoch: 1, members: []vote.Member{self}, shares: sampler.EqualShares(cfg.GlobalBatch, 1),
-			iter: e.it.iter, what: "the new job's view", sync: syncAlone})
-		if err != nil {
-			return err
-		}
-		e.log.Info().Str("seed", e.gossip.Addr()).Msg("started a new job: others join it with --seed")
-	}
-	e.startAdmissions()
+}
+
+// assemble runs the admission rounds before iteration 0 while prestart
+// says more are needed.
+func (e *Engine) assemble(ctx context.Context, prestart bool) error {
 	for prestart {
+		var err error
 		if prestart, err = e.admit(ctx); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// lostBeforeStart reports whether err, which ended the admission rounds
+// before iteration 0, is the loss of a member (or its silence past a
+// collective's timeout): the job, not yet started, forms again
+// (docs/recovery.md). A worker whose own Join ended, that was closed, or
+// that diverged, stops.
+func lostBeforeStart(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, errs.Closed) || errors.Is(err, errs.Diverged) {
+		return false
+	}
+	return lostPeer(err) || errors.Is(err, ring.ErrTimeout) || errors.Is(err, ring.ErrAborted)
+}
+
+// peerNames returns ids as strings, for logs.
+func peerNames(ids []transport.PeerID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
 }
 
 // startAdmissions starts the members' side of the admission handshake
