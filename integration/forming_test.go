@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,43 @@ func TestLossBeforeIterationZero(t *testing.T) {
 			if r := res[first]; tc.giveUp && (r.Code <= 0 || !strings.Contains(r.Stderr, "--join-timeout")) {
 				t.Errorf("the joiner that gave up exited %d; want an error naming --join-timeout:\n%s", r.Code, r.Stderr)
 			}
+		})
+	}
+}
+
+// TestSeedRestartedByItsOwnCommand: README's first worker is killed
+// while two joiners train with it, and started again with its own
+// command; then a new worker joins through it. Started with no
+// --min-workers, the restarted seed hears from the running job within
+// its start window (the members join their dead seed again every 2 s);
+// with --min-workers 3, as README starts it, its view assembles until
+// gossip lists the started job, and then yields. Either way it joins
+// the running job: one job, and all four end with one digest. Before, it
+// started a second job, which the new worker joined.
+func TestSeedRestartedByItsOwnCommand(t *testing.T) {
+	longOnly(t)
+	const iters = 3000
+	for _, min := range []int{1, 3} {
+		t.Run(fmt.Sprint("min-workers=", min), func(t *testing.T) {
+			p := startSeed(t, min, shortTrainArgv(gyretest.Gyre(t), iters), gyretest.Key(t))
+			for range 2 {
+				p.Add(t)
+			}
+			waitFor(t, time.Minute, "the joiners' admission", func() bool {
+				return strings.Contains(p.Stderr(1), `"message":"admitted"`) && strings.Contains(p.Stderr(2), `"message":"admitted"`)
+			})
+			p.Kill(t, 0)
+			waitFor(t, time.Minute, "the joiners' recovery", func() bool {
+				return strings.Contains(p.Stderr(1), "recovered:") && strings.Contains(p.Stderr(2), "recovered:")
+			})
+			p.Restart(t, 0)
+			waitFor(t, time.Minute, "the restarted seed to join a job or start one", func() bool {
+				s := p.Stderr(0)
+				return strings.Contains(s, `"message":"admitted"`) || strings.Contains(s, "started a new job")
+			})
+			p.Add(t)
+			res := waitAll(t, p, 3*time.Minute)
+			finalDigests(t, res, iters)
 		})
 	}
 }

@@ -52,10 +52,18 @@ type Meta struct {
 	Rank  int32
 	// Device is the device probe's summary, such as "cpu:2".
 	Device string
+	// Started says the node's job has run iteration 0: its view is past
+	// assembling. A view still assembling yields to a started one of the
+	// same job (one job per key and name).
+	Started bool
 }
 
+// Flags of the encoding's last byte.
+const metaStarted = 1
+
 // MarshalBinary encodes m: the version, then fixed fields, then the
-// strings, each with a one-byte length.
+// strings, each with a one-byte length, then a byte of flags (Started).
+// The flags came later: an encoding without them reads as no flags.
 func (m Meta) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, metaVersion, byte(m.Role))
@@ -69,6 +77,11 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 		b = append(b, byte(len(s)))
 		b = append(b, s...)
 	}
+	var flags byte
+	if m.Started {
+		flags |= metaStarted
+	}
+	b = append(b, flags)
 	if len(b) > MaxMeta {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMeta, len(b), MaxMeta)
 	}
@@ -95,6 +108,10 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 			return fmt.Errorf("%w: truncated", ErrMeta)
 		}
 		*dst, rest = string(rest[1:1+int(rest[0])]), rest[1+int(rest[0]):]
+	}
+	if len(rest) > 0 {
+		out.Started = rest[0]&metaStarted != 0
+		rest = rest[1:]
 	}
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: %d bytes after the last field", ErrMeta, len(rest))

@@ -241,6 +241,8 @@ type Gossip interface {
 type Worker struct {
 	vote.Member
 	Epoch uint64
+	// Started says its job has run iteration 0 (membership.Meta).
+	Started bool
 }
 
 // Admissions is a member's side of the handshake: it watches gossip for

@@ -46,7 +46,14 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 	}
 	e.log.Info().Str("gossip", e.gossip.Addr()).Str("data", self.Addr).Str("job", cfg.Job).Msg("gossip started")
 	prestart, starting := true, len(cfg.Seeds) == 0
-	if !starting {
+	if starting && cfg.MinWorkers <= 1 && e.gossip.AwaitRunningJob(ctx) {
+		// This worker would have started a job at once, but it is a seed
+		// started again with its own command: the running job's members
+		// found it within gossip.StartWindow (KeepSeeds).
+		e.log.Warn().Strs("workers", workerNames(e.gossip.Workers())).
+			Msg("no --seed, but a running job of this name and key contacted this worker: joining it as a new member rather than starting a second job")
+		starting = false
+	} else if !starting {
 		if starting, err = e.gossip.JoinSeeds(ctx, e.joinEnded); err != nil {
 			return err
 		}
@@ -96,11 +103,28 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 			}
 		}
 		e.startAdmissions()
-		err := e.assemble(ctx, prestart)
-		if err == nil || !lostBeforeStart(ctx, err) {
-			return err
+		err := e.assemble(ctx, prestart, starting)
+		if err == nil {
+			e.gossip.SetStarted()
+			e.gossip.Publish(e.cur.Epoch, e.cur.Rank)
+			return nil
 		}
 		others := e.cur.Others()
+		if errors.Is(err, errYield) {
+			// The starter of a view still assembling hears from a started
+			// job of this name and key: a seed started again with its own
+			// command. It joins that job; its view's other members lose it,
+			// go back to pending, and join too.
+			e.log.Warn().Err(err).Msg("joining the running job as a new member rather than starting a second job")
+			e.adm.Close()
+			e.adm = nil
+			e.backToPending(others)
+			starting = false
+			continue
+		}
+		if !lostBeforeStart(ctx, err) {
+			return err
+		}
 		e.adm.Close()
 		e.adm = nil
 		if starting {
@@ -119,9 +143,16 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 }
 
 // assemble runs the admission rounds before iteration 0 while prestart
-// says more are needed.
-func (e *Engine) assemble(ctx context.Context, prestart bool) error {
+// says more are needed. The starter's rounds end with errYield when
+// gossip lists a started job of this name and key outside its view.
+func (e *Engine) assemble(ctx context.Context, prestart, starter bool) error {
 	for prestart {
+		if starter {
+			if ws := e.gossip.StartedElsewhere(e.cur.Has); len(ws) > 0 {
+				return fmt.Errorf("%w: gossip lists %d worker(s) of a started job of this name and key, such as %s, while this worker's view of %d assembles",
+					errYield, len(ws), ws[0], len(e.cur.IDs))
+			}
+		}
 		var err error
 		if prestart, err = e.admit(ctx); err != nil {
 			return err
@@ -129,6 +160,10 @@ func (e *Engine) assemble(ctx context.Context, prestart bool) error {
 	}
 	return nil
 }
+
+// errYield ends a starter's admission rounds: a started job of its name
+// and key runs, and the view still assembling yields to it.
+var errYield = errors.New("gyre: a started job of this name and key runs")
 
 // lostBeforeStart reports whether err, which ended the admission rounds
 // before iteration 0, is the loss of a member (or its silence past a
@@ -140,6 +175,15 @@ func lostBeforeStart(ctx context.Context, err error) bool {
 		return false
 	}
 	return lostPeer(err) || errors.Is(err, ring.ErrTimeout) || errors.Is(err, ring.ErrAborted)
+}
+
+// workerNames returns the IDs of ws, for logs.
+func workerNames(ws []admission.Worker) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = string(w.ID)
+	}
+	return out
 }
 
 // peerNames returns ids as strings, for logs.

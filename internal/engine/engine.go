@@ -133,6 +133,8 @@ type Engine struct {
 	// life ends at Close. Buckets flushed by Wait run under it, so a Wait
 	// that gives up early never cancels a collective the peers are in.
 	life      context.Context
+	// keepSeeds stops gossip.KeepSeeds (nil without gossip).
+	keepSeeds func()
 	stop      context.CancelFunc
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -279,6 +281,7 @@ func Join(ctx context.Context, cfg config.Config, o Options) (*Engine, error) {
 		e.rec = recoverer.New(recoverer.Config{Self: e.self().ID, T: t, Live: e.live, PeerTimeout: cfg.PeerTimeout,
 			CollectiveTimeout: cfg.CollectiveTimeout, Life: e.life, Log: e.log},
 			recoveryView(e.cur), e.commitOf(e.cur.Epoch), e.cur.Members)
+		e.keepSeeds = e.gossip.KeepSeeds(e.life)
 	}
 	if e.rep.Trace != nil {
 		e.rep.Trace.Start(e.cur.Rank, e.cur.Names[e.cur.Rank])
@@ -348,6 +351,9 @@ func (e *Engine) Close() error {
 			e.live.Close()
 		}
 		e.adm.Close()
+		if e.keepSeeds != nil {
+			e.keepSeeds()
+		}
 		e.gossip.Close()
 		if e.links != nil && e.links.Own {
 			err = e.links.T.Close()

@@ -7,9 +7,11 @@
 package gossip
 
 import (
+	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -79,6 +81,8 @@ type Gossip struct {
 	// departed are the members that left the view, with their data
 	// addresses, until gossip stops listing them there.
 	departed map[transport.PeerID]string
+	// started says this worker's job has run iteration 0 (SetStarted).
+	started atomic.Bool
 }
 
 // Start starts the worker's gossip node, listed as pending (epoch 0).
@@ -113,7 +117,29 @@ func (g *Gossip) Starter() bool { return g.starter }
 // pending).
 func (g *Gossip) nodeMeta(epoch uint64, rank int) membership.Meta {
 	return membership.Meta{DataAddr: g.cfg.DataAddr, Job: g.cfg.Job, Protocol: ProtocolVersion,
-		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String()}
+		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String(), Started: g.started.Load()}
+}
+
+// SetStarted marks the job as past iteration 0 in this worker's
+// metadata, from its next Publish on.
+func (g *Gossip) SetStarted() {
+	if g != nil {
+		g.started.Store(true)
+	}
+}
+
+// StartedElsewhere returns the workers gossip lists in a view of a
+// started job (Started, epoch above 0) that are not members of this
+// worker's view (isMember) and not this worker: a view still assembling
+// yields to them.
+func (g *Gossip) StartedElsewhere(isMember func(transport.PeerID) bool) []transport.PeerID {
+	var out []transport.PeerID
+	for _, w := range g.Workers() {
+		if w.Started && w.Epoch > 0 && string(w.ID) != g.cfg.Name && !isMember(w.ID) {
+			out = append(out, w.ID)
+		}
+	}
+	return out
 }
 
 // Publish gossips, in the background, that this worker runs at epoch
@@ -225,7 +251,8 @@ func (g *Gossip) Workers() []admission.Worker {
 			m.Meta.Protocol != ProtocolVersion || m.Meta.DataAddr == "" {
 			continue
 		}
-		out = append(out, admission.Worker{Member: vote.Member{ID: transport.PeerID(m.Name), Addr: m.Meta.DataAddr}, Epoch: m.Meta.Epoch})
+		out = append(out, admission.Worker{Member: vote.Member{ID: transport.PeerID(m.Name), Addr: m.Meta.DataAddr},
+			Epoch: m.Meta.Epoch, Started: m.Meta.Started})
 	}
 	return out
 }
@@ -327,8 +354,98 @@ func (g *Gossip) Regossip(ctx context.Context, members []transport.PeerID) (stop
 	return func() { cancel(); <-done }
 }
 
-// regossipEvery is how often a rejoining worker joins gossip again.
+// regossipEvery is how often a rejoining worker joins gossip again, and
+// how often a member joins its dead seeds again (KeepSeeds).
 const regossipEvery = 2 * time.Second
+
+// KeepSeeds joins gossip again, every regossipEvery until stopped,
+// through each of this worker's seeds that gossip does not list alive.
+// A seed restarted with its own command (README's first worker, with no
+// --seed) is then contacted within regossipEvery, and joins the running
+// job instead of starting a second one (StartWindow). memberlist stops
+// trying a dead node after GossipToTheDeadTime, so it cannot be relied
+// on to find it again.
+func (g *Gossip) KeepSeeds(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-time.After(regossipEvery):
+			case <-ctx.Done():
+				return
+			}
+			if dead := g.deadSeeds(ctx); len(dead) > 0 {
+				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
+				if err := g.node.Join(jctx, dead); err != nil {
+					g.log.Debug().Err(err).Strs("seeds", dead).Msg("joining gossip again through seeds it does not list alive")
+				}
+				jcancel()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// deadSeeds returns this worker's seeds that no live gossip member's
+// address matches, host names resolved.
+func (g *Gossip) deadSeeds(ctx context.Context) []string {
+	alive := map[string]bool{}
+	for _, m := range g.node.Members() {
+		alive[m.Addr] = true
+	}
+	var dead []string
+	for _, s := range g.seeds {
+		if !alive[s] && !aliveAt(ctx, s, alive) {
+			dead = append(dead, s)
+		}
+	}
+	return dead
+}
+
+// aliveAt reports whether seed, a host name and port, resolves to an
+// address in alive.
+func aliveAt(ctx context.Context, seed string, alive map[string]bool) bool {
+	host, port, err := net.SplitHostPort(seed)
+	if err != nil {
+		return false
+	}
+	ips, err := net.DefaultResolver.LookupHost(ctx, host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if alive[net.JoinHostPort(ip, port)] {
+			return true
+		}
+	}
+	return false
+}
+
+// StartWindow is how long a worker that would start a job at once (no
+// --seed, no --min-workers wait) first listens for a running job's
+// members: they join their dead seeds again every regossipEvery
+// (KeepSeeds), so a seed restarted with its own command hears from them
+// in this time, and joins their job.
+const StartWindow = 3 * time.Second
+
+// AwaitRunningJob listens up to StartWindow, or until ctx ends, for gossip
+// to list a worker of the job in a view, and reports whether one did.
+func (g *Gossip) AwaitRunningJob(ctx context.Context) bool {
+	deadline := time.Now().Add(StartWindow)
+	for time.Now().Before(deadline) {
+		if g.RunningJob() {
+			return true
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return g.RunningJob()
+}
 
 // Leave tells gossip this worker leaves, so the others list it as left
 // rather than dead. When the whole job ends together nobody may be left
