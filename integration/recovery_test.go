@@ -538,3 +538,43 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
+
+// TestStopThreeOfFive: 3 of 5 workers are stopped (SIGSTOP) for 10 s,
+// ten peer timeouts, and resumed. The 2 never stopped cannot form a
+// majority alone and wait; once the 3 resume, the job goes on with every
+// worker, and the 2 that were never stopped are never excluded: they
+// do not rejoin as new members. All 5 end with one digest.
+func TestStopThreeOfFive(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	const iters = "4500"
+	args := func(r int) []string {
+		return []string{gyre, "--log-level", workerLogLevel(), "train", "--iters", iters, "--eval-every", "1000",
+			"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "60s"}
+	}
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 5, Gossip: true, Argv: args})
+	waitForRow(t, p, 0, 20*time.Second)
+	stopped := []int{1, 2, 3}
+	for _, r := range stopped {
+		p.Stop(t, r)
+	}
+	time.Sleep(10 * time.Second)
+	for _, r := range stopped {
+		p.Cont(t, r)
+	}
+	digests := map[string][]int{}
+	for _, res := range waitAll(t, p, 3*time.Minute) {
+		m := digestLine.FindStringSubmatch(res.Stdout)
+		if res.Code != 0 || m == nil || m[3] != iters {
+			t.Errorf("rank %d exited %d; want 0 after iteration %s:\n%s\n%s", res.Rank, res.Code, iters, lastLines(res.Stdout, 5), res.Stderr)
+			continue
+		}
+		digests[m[2]] = append(digests[m[2]], res.Rank)
+		if !slices.Contains(stopped, res.Rank) && strings.Contains(res.Stderr, "rejoining as a new member") {
+			t.Errorf("process %d, never stopped, was excluded and rejoined:\n%s", res.Rank, res.Stderr)
+		}
+	}
+	if len(digests) != 1 {
+		t.Errorf("the workers ended with %d digests: %v", len(digests), digests)
+	}
+}

@@ -183,6 +183,23 @@ func (l *stallLog) tick(now time.Time) {
 	l.last = now
 }
 
+// resumed returns when the latest stall of at least min ended: now if one
+// is under way, the zero Time if none is known.
+func (l *stallLog) resumed(now time.Time, min time.Duration) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) >= max(min, l.limit) {
+		return now
+	}
+	var latest time.Time
+	for _, s := range l.recent {
+		if s.d >= min && s.end.After(latest) {
+			latest = s.end
+		}
+	}
+	return latest
+}
+
 // since returns the longest stall that ended after t, counting one still
 // under way at now.
 func (l *stallLog) since(t, now time.Time) time.Duration {
@@ -233,8 +250,14 @@ func (m *Monitor) Watch(peers []transport.PeerID) {
 }
 
 // LastHeard returns when peer's last heartbeat arrived, or when watching it
-// began if none has; the zero Time for a peer not watched. It does not
-// block.
+// began if none has; the zero Time for a peer not watched. After a stall
+// of this process of 4 heartbeat intervals or more (a peer timeout, as
+// gyre sets the interval; StalledSince) it returns the stall's end if
+// that is later: a process stopped or starved hears nobody, so its
+// peers' silence meanwhile says nothing about them, and on resuming it
+// would otherwise find every peer silent before their next heartbeat is
+// read. Shorter stalls, common under load, are left out: they would
+// postpone the detection of a dead peer. It does not block.
 func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
 	m.mu.Lock()
 	p := m.peers[id]
@@ -242,8 +265,17 @@ func (m *Monitor) LastHeard(id transport.PeerID) time.Time {
 	if p == nil {
 		return time.Time{}
 	}
-	return time.Unix(0, p.heard.Load())
+	heard := time.Unix(0, p.heard.Load())
+	if r := m.ResumedAt(); r.After(heard) {
+		return r
+	}
+	return heard
 }
+
+// ResumedAt returns when this process last resumed from a stall of 4
+// heartbeat intervals or more (LastHeard), now if one is under way, or the
+// zero Time.
+func (m *Monitor) ResumedAt() time.Time { return m.stalls.resumed(time.Now(), 4*m.interval) }
 
 // Progress returns the progress peer's latest heartbeat carried, and when
 // it arrived; false if none has, or peer is not watched. It does not

@@ -12,6 +12,9 @@ func TestStallLog(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	l := stallLog{limit: 100 * time.Millisecond}
+	if r := l.resumed(t0, 0); !r.IsZero() {
+		t.Fatalf("resumed before any tick: %v, want none", r)
+	}
 	for _, ms := range []int{0, 50, 100, 150} { // ticks every 50 ms: no stall
 		l.tick(at(ms))
 	}
@@ -30,6 +33,15 @@ func TestStallLog(t *testing.T) {
 	}
 	if d := l.since(at(5200), at(8500)); d != 3*time.Second {
 		t.Errorf("a stall under way: %v, want the 3 s since the last tick", d)
+	}
+	if r := l.resumed(at(5510), 0); !r.Equal(at(5450)) {
+		t.Errorf("resumed after the hiccup: %v, want its end %v", r, at(5450))
+	}
+	if r := l.resumed(at(5510), time.Second); !r.Equal(at(5150)) {
+		t.Errorf("resumed from a stall of 1 s or more: %v, want the 5 s stall's end %v", r, at(5150))
+	}
+	if r := l.resumed(at(8500), time.Second); !r.Equal(at(8500)) {
+		t.Errorf("resumed during a stall under way: %v, want now", r)
 	}
 	for ms := 5600; ms < 5600+(maxStalls+1)*200; ms += 200 { // maxStalls newer stalls
 		l.tick(at(ms))

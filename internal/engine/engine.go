@@ -132,7 +132,7 @@ type Engine struct {
 
 	// life ends at Close. Buckets flushed by Wait run under it, so a Wait
 	// that gives up early never cancels a collective the peers are in.
-	life      context.Context
+	life context.Context
 	// keepSeeds stops gossip.KeepSeeds (nil without gossip).
 	keepSeeds func()
 	stop      context.CancelFunc

@@ -7,13 +7,13 @@
 package gossip
 
 import (
-	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"

@@ -406,11 +406,20 @@ func (rc *Recoverer) SilentAt(p transport.PeerID, now time.Time) bool {
 }
 
 // Silent reports whether live's heartbeats say p is gone at now: unheard
-// for longer than peerTimeout, its connection broken, or not watched.
+// for longer than peerTimeout, its connection broken, or not watched. A
+// process that has just resumed from a stall of its own (SIGSTOP, CPU
+// starvation; liveness.Monitor.ResumedAt) holds no peer silent for the
+// stall (LastHeard counts from the resume), nor for a connection that
+// broke before, or within peerTimeout after, the resume: the peer's side
+// may have given up on it meanwhile, which says nothing about the peer.
+// It holds them silent again once peerTimeout has passed unheard.
 func Silent(live *liveness.Monitor, peerTimeout time.Duration, p transport.PeerID, now time.Time) bool {
 	heard := live.LastHeard(p)
-	_, broken := live.Broken(p)
-	return broken || heard.IsZero() || now.Sub(heard) > peerTimeout
+	if heard.IsZero() || now.Sub(heard) > peerTimeout {
+		return true
+	}
+	brokeAt, broken := live.Broken(p)
+	return broken && brokeAt.Sub(live.ResumedAt()) > peerTimeout
 }
 
 // Committed records a Commit made in the view of epoch at iteration iter.

@@ -67,16 +67,28 @@ func TestCoordinator(t *testing.T) {
 func TestGreedy(t *testing.T) {
 	all := ids("a", "b", "c", "d")
 	full := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a", "c", "d"), "c": ids("a", "b", "d"), "d": ids("a", "b", "c")}
-	if got := Greedy(all, full); !slices.Equal(got, all) {
+	if got := Greedy(all, full, true); !slices.Equal(got, all) {
 		t.Fatalf("full reach kept %v", got)
 	}
 	oneWay := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a", "c"), "c": ids("a", "b", "d"), "d": ids("a", "b", "c")}
-	if got := Greedy(all, oneWay); !slices.Equal(got, ids("a", "b", "c")) {
+	if got := Greedy(all, oneWay, true); !slices.Equal(got, ids("a", "b", "c")) {
 		t.Fatalf("b does not hear d: kept %v, want the lower rank b", got)
 	}
 	star := map[ID][]ID{"a": ids("b", "c", "d"), "b": ids("a"), "c": ids("a"), "d": ids("a")}
-	if got := Greedy(all, star); !slices.Equal(got, ids("a", "b")) {
+	if got := Greedy(all, star, true); !slices.Equal(got, ids("a", "b")) {
 		t.Fatalf("star kept %v", got)
+	}
+	// The reports of a real run: 3 of 5 (b, c, d) were stopped and
+	// resumed; e, never stopped, does not hear b again yet. Everyone
+	// hears e, so b goes, not e (the highest rank, on the old rule).
+	five := ids("a", "b", "c", "d", "e")
+	lagging := map[ID][]ID{"a": ids("b", "c", "d", "e"), "b": ids("a", "c", "d", "e"), "c": ids("a", "b", "d", "e"),
+		"d": ids("a", "b", "c", "e"), "e": ids("a", "c", "d")}
+	if got := Greedy(five, lagging, true); !slices.Equal(got, ids("a", "c", "d", "e")) {
+		t.Fatalf("e does not hear b yet: kept %v, want b dropped, since everyone hears e", got)
+	}
+	if got := Greedy(five, lagging, false); !slices.Equal(got, ids("a", "b", "c", "d")) {
+		t.Fatalf("by unreachable peers alone: kept %v, want e, the higher rank of the pair, dropped", got)
 	}
 }
 

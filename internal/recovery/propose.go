@@ -56,24 +56,41 @@ func Counted(ref View, reports []Report) []Report {
 }
 
 // Greedy keeps, of the candidates (in rank order), a set in which every
-// pair reaches each other both ways: it drops the member with the most
-// unreachable peers, the highest rank on ties, until none is left.
-func Greedy(candidates []ID, reach map[ID][]ID) []ID {
+// pair reaches each other both ways. While a pair does not, it drops a
+// member of such a pair: with byHearing the one the fewest kept members
+// reach, then the one with the most unreachable peers, then the highest
+// rank; without, the last two rules only. byHearing is minimal
+// exclusion: a member the others hear is not dropped because a peer does
+// not hear it back yet (a peer just resumed from a stop, whose evidence
+// lags); the peer that fewer hear goes instead.
+func Greedy(candidates []ID, reach map[ID][]ID, byHearing bool) []ID {
 	keep := slices.Clone(candidates)
 	both := func(a, b ID) bool {
 		return slices.Contains(reach[a], b) && slices.Contains(reach[b], a)
 	}
 	for {
-		worst, most := -1, 0
+		worst, fewest, most := -1, 0, 0
 		for i, a := range keep {
-			n := 0
+			n, heard := 0, 0
 			for _, b := range keep {
-				if a != b && !both(a, b) {
+				if a == b {
+					continue
+				}
+				if !both(a, b) {
 					n++
 				}
+				if slices.Contains(reach[b], a) {
+					heard++
+				}
 			}
-			if n > 0 && n >= most {
-				worst, most = i, n
+			if n == 0 {
+				continue
+			}
+			if !byHearing {
+				heard = 0
+			}
+			if worst < 0 || heard < fewest || heard == fewest && n >= most {
+				worst, fewest, most = i, heard, n
 			}
 		}
 		if worst < 0 {
@@ -161,9 +178,13 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 	return Propose{Ref: ref.Clone(), View: next, Lost: LostFrom(ref, next), Winner: w}, to, true
 }
 
-// fresh is the view a round proposes when no view of the next epoch was
-// accepted: the counted reporters that are not leaving, less those the
-// greedy rule drops; and the commits they reported.
+// fresh is the view the coordinator self proposes when no view of the
+// next epoch was accepted: the counted reporters that are not leaving,
+// less those the greedy rule drops; and the commits they reported. The
+// rule drops by who hears whom first (minimal exclusion), and by
+// unreachable peers alone if that leaves no majority of ref's voters: a
+// joiner, which does not vote, may be the one all hear. A coordinator
+// the rule drops proposes nothing, and the next round's may.
 func fresh(ref View, counted []Report) (View, map[ID]Commit) {
 	var cands []ID
 	reach := map[ID][]ID{}
@@ -176,7 +197,11 @@ func fresh(ref View, counted []Report) (View, map[ID]Commit) {
 		reach[r.From] = r.Reach
 		commits[r.From] = r.Commit
 	}
-	return View{Epoch: ref.Epoch + 1, Members: Greedy(cands, reach)}, commits
+	keep := Greedy(cands, reach, true)
+	if !ref.Majority(keep) {
+		keep = Greedy(cands, reach, false)
+	}
+	return View{Epoch: ref.Epoch + 1, Members: keep}, commits
 }
 
 // Diverged lists the members that would make the fresh proposal of the
