@@ -182,6 +182,11 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		// end: gossip notices, and the data plane's heartbeats, not
 		// gossip, decide that a worker is lost. Not a warning.
 		level = zerolog.InfoLevel
+	case strings.HasPrefix(msg, "Failed fallback TCP ping"):
+		// memberlist's failure detector probing a member that does not
+		// answer, as a killed or stopped worker does during every
+		// recovery: gossip suspects it, and the heartbeats decide.
+		level = min(level, zerolog.InfoLevel)
 	case strings.HasPrefix(msg, "Refuting an alive message"):
 		// This node restarted under its old name, and gossip still held
 		// its old self: memberlist takes the name back. Expected after a

@@ -27,6 +27,17 @@ func (e *Engine) forgetDropped(dropped []transport.PeerID) {
 	e.rec.Formers(dropped)
 }
 
+// leftOutBecause says why the job may have recovered without this
+// worker, given its own longest stall since the last boundary (0 if none
+// passed the peer timeout): a worker that never stalled is not told it
+// was stopped.
+func leftOutBecause(stalled, peerTimeout time.Duration) string {
+	if stalled > 0 {
+		return fmt.Sprintf("(it was stopped or starved of CPU for %v, longer than PeerTimeout %v)", stalled.Round(time.Millisecond), peerTimeout)
+	}
+	return fmt.Sprintf("(it did not stall; the others stopped hearing it for PeerTimeout %v, or a majority formed without it: check the links between the workers)", peerTimeout)
+}
+
 // rejoin brings back a worker the others recovered without, as a new
 // member: in is the Install of the view that left it out. It forgets
 // every old link, goes back to pending in gossip, and waits up to
@@ -36,7 +47,7 @@ func (e *Engine) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	start := time.Now()
 	rc := e.rec
 	e.log.Warn().Uint64("epoch", in.View.Epoch).Int("world", len(in.View.Members)).
-		Msg("the job recovered without this worker (it was stopped, starved or cut off for longer than PeerTimeout); rejoining as a new member")
+		Msg("the job recovered without this worker " + leftOutBecause(e.selfStall().Unresponsive, e.cfg.PeerTimeout) + "; rejoining as a new member")
 	old := rc.Known()
 	rc.ClearInbox()
 	e.backToPending(old)

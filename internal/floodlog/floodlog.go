@@ -13,6 +13,8 @@ package floodlog
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -179,4 +181,13 @@ func hostOf(remote string) string {
 		return h
 	}
 	return remote
+}
+
+// TimedOut reports whether err, which ended an incoming handshake, is a
+// timeout: the client went silent mid-handshake (killed, stopped or cut
+// off), as peers do during a recovery. That is no refusal: the
+// transports log it at debug level, not in the flood log.
+func TimedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

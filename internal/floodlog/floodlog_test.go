@@ -1,10 +1,14 @@
 package floodlog
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -165,5 +169,26 @@ func TestKindsShareTheTotal(t *testing.T) {
 	got := strings.Join(text, "")
 	if len(text) != DefaultTotal || strings.Count(got, `"junk"`) != DefaultBurst || !strings.Contains(got, "wrong key") {
 		t.Fatalf("lines:\n%s\nwant %d junk, the wrong key, and %d in all", got, DefaultBurst, DefaultTotal)
+	}
+}
+
+// TestTimedOut: a handshake that timed out (a context deadline, a net
+// timeout, as QUIC's handshake and idle timeouts are) is told from one
+// that failed otherwise.
+func TestTimedOut(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("handshake: %w", context.DeadlineExceeded), true},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, true},
+		{errors.New("remote error: tls: bad certificate"), false},
+		{io.EOF, false},
+		{context.Canceled, false},
+	} {
+		if got := TimedOut(tc.err); got != tc.want {
+			t.Errorf("TimedOut(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

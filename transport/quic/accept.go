@@ -11,6 +11,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/transport"
 )
 
@@ -63,6 +64,10 @@ func (t *Transport) connContext(ctx context.Context, info *quicgo.ClientInfo) (c
 			return
 		}
 		cause := context.Cause(ctx)
+		if floodlog.TimedOut(cause) {
+			t.log.Debug().Str("remote", h.remote.String()).Err(cause).Msg("an incoming handshake timed out: the client went silent")
+			return
+		}
 		if certFailure(cause) != "" {
 			// The client refused our certificate before presenting its own:
 			// a worker of another cluster. Its address is its listening

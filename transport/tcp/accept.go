@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
@@ -165,6 +166,10 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 		err = fmt.Errorf("client did not offer protocol %q", ALPN)
 	}
 	if err != nil {
+		if floodlog.TimedOut(err) {
+			t.log.Debug().Str("remote", remote).Err(err).Msg("an incoming TLS handshake timed out: the client went silent")
+			return nil, "", err
+		}
 		if !refused {
 			t.flood.Refused(remote, "refused: TLS handshake failed", func(e *zerolog.Event) *zerolog.Event { return e.Err(err) })
 			if distrusted(err) {

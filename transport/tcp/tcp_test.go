@@ -722,6 +722,12 @@ func TestRefusalsReported(t *testing.T) {
 	if err := b.Connect(ctx, "a", a.Addr()); !errors.Is(err, transport.ErrUnauthenticated) {
 		t.Fatalf("Connect with another secret: %v, want ErrUnauthenticated", err)
 	}
+	// b's Connect returns on its own side's verdict; a records the
+	// refusal when its handshake sees b's alert, which under load can
+	// come after g's below.
+	for deadline := time.Now().Add(5 * time.Second); len(a.Refusals()) < 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	g := newNode(t, transporttest.NewCA(t), "g", nil)
 	g.clientTLS = transporttest.Issue(t, transporttest.NewCA(t), "g").ClientTLS(ALPN)
 	g.clientTLS.InsecureSkipVerify = true

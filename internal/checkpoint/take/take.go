@@ -85,12 +85,15 @@ func New(cfg config.Config, log zerolog.Logger) (*Taker, error) {
 func (c *Taker) written(r checkpoint.Result) {
 	if r.Err != nil {
 		err := fmt.Errorf("%w: %s: %w", errs.Checkpoint, r.Name, r.Err)
-		c.log.Error().Err(err).Str("dir", c.dir.Path).Msg("checkpoint not written; training goes on")
 		if c.required {
+			c.log.Error().Err(err).Str("dir", c.dir.Path).
+				Msg("checkpoint not written; --checkpoint-required ends the job at the next boundary")
 			c.mu.Lock()
 			c.failed = err
 			c.mu.Unlock()
+			return
 		}
+		c.log.Error().Err(err).Str("dir", c.dir.Path).Msg("checkpoint not written; training goes on")
 		return
 	}
 	c.log.Info().Str("file", r.Name).Str("dir", c.dir.Path).Dur("took", r.Took).Msg("checkpoint written")

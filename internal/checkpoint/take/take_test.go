@@ -1,11 +1,15 @@
 package take
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/checkpoint"
 	"github.com/gyre-ml/gyre/internal/config"
@@ -80,5 +84,23 @@ func TestFillResetsTheSnapshot(t *testing.T) {
 	}
 	if len(c.snap.Settings) != len(settings) || c.snap.Balance != nil {
 		t.Fatalf("after three fills: %d settings (want %d), balance %q (want none)", len(c.snap.Settings), len(settings), c.snap.Balance)
+	}
+}
+
+// TestRequiredFailureSaysTheJobEnds: a failed write logs that training
+// goes on, except with --checkpoint-required, whose failure ends the job:
+// then the line says so, and the failure is kept for the boundary.
+func TestRequiredFailureSaysTheJobEnds(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		var out bytes.Buffer
+		c := &Taker{required: required, log: zerolog.New(&out)}
+		c.written(checkpoint.Result{Name: "ckpt-1-10", Err: errors.New("disk full")})
+		line := out.String()
+		goesOn := strings.Contains(line, "training goes on")
+		ends := strings.Contains(line, "--checkpoint-required ends the job")
+		if goesOn == required || ends != required || c.RequiredFailed() != required {
+			t.Errorf("required=%v: logged %q (training goes on: %v, ends the job: %v); RequiredFailed %v",
+				required, line, goesOn, ends, c.RequiredFailed())
+		}
 	}
 }
