@@ -205,16 +205,16 @@ func (e *Engine) settleView(ctx context.Context) error {
 // pair's exchange would otherwise wait out its round timeout on a dead
 // partner, and the members waiting on that pair would blame a live one.
 func (e *Engine) probe(ctx context.Context, v *view.View, at int64) (view.Probed, error) {
+	env := probe.Env{T: e.links.T, Order: e.cfg.RingOrder == config.RingOrderAuto,
+		Tune: e.cfg.Algo == config.AlgoAuto || e.cfg.Compress == config.CompressAuto, Seq: uint64(at), Log: e.log,
+		Fail: func() { e.failAt(config.FailProbe, at) }, Span: e.span}
 	if e.live != nil {
 		// A joiner has no Recoverer yet, and its probes too must end.
-		var stop func()
-		ctx, stop = recoverer.Watch(ctx, e.live, e.cfg.PeerTimeout, v.Epoch, v.IDs, v.Rank)
-		defer stop()
+		env.Watch = func(ctx context.Context) (context.Context, func()) {
+			return recoverer.Watch(ctx, e.live, e.cfg.PeerTimeout, v.Epoch, v.IDs, v.Rank)
+		}
 	}
-	p, err := probe.Run(ctx, probe.Env{T: e.links.T, Order: e.cfg.RingOrder == config.RingOrderAuto,
-		Tune: e.cfg.Algo == config.AlgoAuto || e.cfg.Compress == config.CompressAuto, Seq: uint64(at), Log: e.log,
-		Fail: func() { e.failAt(config.FailProbe, at) }, Span: e.span}, v)
-	return p, silentCause(ctx, err)
+	return probe.Run(ctx, env, v)
 }
 
 // setView makes v the current view, closing the previous one.

@@ -98,6 +98,12 @@ type Env struct {
 	// Span, if set, hears how long they took.
 	Fail func()
 	Span func(name string, start time.Time)
+	// Watch, if set, returns a context that ends when a member of the
+	// view falls silent, and its stop function. The pairs' exchanges run
+	// under it, so that a dead partner ends them at once; the allgather
+	// of the table has the control channel's own liveness, and ends with
+	// a lost-peer abort that the other members recover from.
+	Watch func(context.Context) (context.Context, func())
 }
 
 // Run measures v's links and returns what they give: the ring order
@@ -269,7 +275,13 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	n := len(v.IDs)
 	t := newTable(n)
 	own := t.row(v.Rank)
-	if err := probeLinks(ctx, env, v, own[:n], own[n:2*n]); err != nil {
+	lctx, stop := ctx, func() {}
+	if env.Watch != nil {
+		lctx, stop = env.Watch(ctx)
+	}
+	err := probeLinks(lctx, env, v, own[:n], own[n:2*n])
+	stop()
+	if err != nil {
 		return t, fmt.Errorf("gyre: link probes: %w", err)
 	}
 	hosts := v.Hosts()

@@ -516,9 +516,18 @@ func (rc *Recoverer) NoQuorum(v recovery.View, quorumTimeout time.Duration, caus
 		}
 	}
 	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
-		"it does not hear %s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
+		"%s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
 		errs.NoQuorum, len(reach), len(voters), v.Epoch, strings.Join(reach, ", "), len(voters)/2+1,
-		strings.Join(gone, ", "), quorumTimeout, cause)
+		unheard(gone), quorumTimeout, cause)
+}
+
+// unheard says which voters a worker without quorum does not hear; if it
+// hears them all, that too few answered its recovery rounds.
+func unheard(gone []string) string {
+	if len(gone) == 0 {
+		return "it hears every one of them, but too few answered its recovery rounds (they may have ended, or be in a newer view)"
+	}
+	return "it does not hear " + strings.Join(gone, ", ")
 }
 
 // Watch returns a context that ends, with a lost-peer cause, when the
