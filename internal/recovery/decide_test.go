@@ -142,22 +142,22 @@ func TestPlan(t *testing.T) {
 	}
 	all := ids("a", "b", "c", "d", "e")
 	reports := []Report{rep("b", all, 7), rep("c", all, 8), rep("d", all, 7)}
-	p, to, ok := Plan("b", reports)
+	p, to, ok := Plan("b", reports, true)
 	if !ok || p.View.Epoch != 4 || !slices.Equal(p.View.Members, ids("b", "c", "d")) ||
 		!slices.Equal(p.Lost, ids("a", "e")) || p.Winner.Holder != "c" || !slices.Equal(to, ids("b", "c", "d")) {
 		t.Fatalf("Plan = %+v, %v, %v", p, to, ok)
 	}
-	if _, _, ok = Plan("b", reports[:2]); ok {
+	if _, _, ok = Plan("b", reports[:2], true); ok {
 		t.Fatal("2 of 5 proposed")
 	}
 	// d accepted a view for epoch 4 in round 2: it may have been chosen.
 	prior := View{Epoch: 4, Members: ids("a", "b", "d")}
 	reports[2].Accepted, reports[2].AcceptedRound, reports[2].AcceptedWinner = prior, Round{N: 2, Coord: "a"}, Winner{Holder: "a"}
-	p, _, ok = Plan("b", reports)
+	p, _, ok = Plan("b", reports, true)
 	if !ok || !p.View.Same(prior) || p.Winner.Holder != "a" || !slices.Equal(p.Lost, ids("c", "e")) {
 		t.Fatalf("did not re-propose the accepted view: %+v, %v", p, ok)
 	}
-	if _, _, ok = Plan("c", reports); ok {
+	if _, _, ok = Plan("c", reports, true); ok {
 		t.Fatal("c proposed a view it is not in")
 	}
 	// A report from a rank still on epoch 2 does not vote.
@@ -183,10 +183,10 @@ func TestPlanNeedsTheCoordinatorCounted(t *testing.T) {
 		{From: "d", Reach: ids("a", "c"), Installed: v2, Accepted: v2, Commit: Commit{Epoch: 2, Iter: 5}},
 		{From: "c", Reach: ids("a", "d"), Installed: v1, Accepted: other2, AcceptedRound: Round{N: 3, Coord: "b"}, Commit: Commit{Epoch: 1, Iter: 4}},
 	}
-	if p, _, ok := Plan("c", reports); ok {
+	if p, _, ok := Plan("c", reports, true); ok {
 		t.Fatalf("c, on another view of epoch 2, proposed %+v", p)
 	}
-	p, _, ok := Plan("a", reports)
+	p, _, ok := Plan("a", reports, true)
 	if !ok || !p.View.Same(v3) || !p.Ref.Same(v2) {
 		t.Fatalf("a, counted, proposed %+v (%v); want the prior view %v on %v", p, ok, v3, v2)
 	}

@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -325,6 +326,42 @@ func TestSimulationFound(t *testing.T) {
 	} {
 		if v := newSim(sc).run(); len(v) > 0 {
 			t.Errorf("%v: %s %s", sc, v[0].inv, v[0].what)
+		}
+	}
+}
+
+// majorityFrozen yields the schedules in which a majority of 3 to 7
+// ranks, any consecutive ranks, freeze at once and resume together, with
+// resends on and off: the others cannot recover meanwhile, and once the
+// frozen resume, the others' evidence that they are back lags, unequally
+// (heardLag). Minimal exclusion (I7) must keep every rank no fault
+// struck.
+func majorityFrozen() iter.Seq[scenario] {
+	return func(yield func(scenario) bool) {
+		for n := 3; n <= 7; n++ {
+			k := n/2 + 1
+			for first := 0; first+k <= n; first++ {
+				var sc scenario
+				for a := first; a < first+k; a++ {
+					sc.faults = append(sc.faults, fault{kind: freeze, a: a})
+					sc.at = append(sc.at, 0)
+				}
+				for _, resend := range []bool{false, true} {
+					sc.n, sc.resend = n, resend
+					if !yield(sc) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSimulationMajorityFrozen runs majorityFrozen's schedules.
+func TestSimulationMajorityFrozen(t *testing.T) {
+	for sc := range majorityFrozen() {
+		for _, v := range newSim(sc).run() {
+			t.Errorf("%v: %s %s", sc, v.inv, v.what)
 		}
 	}
 }

@@ -7,4 +7,5 @@ var mutate struct {
 	installOnPropose       bool // install a proposal without waiting for Install
 	adoptCoordinatorCommit bool // the coordinator's own commit wins
 	ignorePrior            bool // propose afresh though a view of the next epoch was accepted
+	greedyIgnoresHearing   bool // Greedy drops by unreachable peers only, not by who hears whom
 }

@@ -22,6 +22,7 @@ func TestMutations(t *testing.T) {
 		{"install on proposal", func(b bool) { mutate.installOnPropose = b }, []string{"I1", "I6"}},
 		{"adopt the coordinator's commit", func(b bool) { mutate.adoptCoordinatorCommit = b }, []string{"I4"}},
 		{"ignore a view accepted for the next epoch", func(b bool) { mutate.ignorePrior = b }, []string{"I1"}},
+		{"drop by unreachable peers only", func(b bool) { mutate.greedyIgnoresHearing = b }, []string{"I7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.on(true)
@@ -75,6 +76,11 @@ func mutationSchedules() iter.Seq[scenario] {
 		rng := rand.New(rand.NewPCG(5, 6))
 		for range 200 {
 			if !yield(randomScenario(rng, 2+rng.IntN(4), 60)) {
+				return
+			}
+		}
+		for sc := range majorityFrozen() {
+			if !yield(sc) {
 				return
 			}
 		}

@@ -135,8 +135,9 @@ func Chosen(reports []Report) (Install, bool) {
 // reporters, who all may accept though not all may be kept. ok is false
 // if the round cannot propose: no majority of the reference view reported,
 // the kept members hold no majority, the coordinator is not kept, or
-// holders of one commit disagree on its digest.
-func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
+// holders of one commit disagree on its digest. final says the round's
+// collection is over (fresh).
+func Plan(self ID, reports []Report, final bool) (p Propose, to []ID, ok bool) {
 	ref, found := Reference(reports)
 	if !found {
 		return Propose{}, nil, false
@@ -164,7 +165,7 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 		}
 		return Propose{Ref: ref.Clone(), View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
 	}
-	next, commits := fresh(ref, counted)
+	next, commits := fresh(ref, counted, final)
 	if !next.Has(self) || !ref.Majority(next.Members) {
 		return Propose{}, nil, false
 	}
@@ -181,11 +182,14 @@ func Plan(self ID, reports []Report) (p Propose, to []ID, ok bool) {
 // fresh is the view the coordinator self proposes when no view of the
 // next epoch was accepted: the counted reporters that are not leaving,
 // less those the greedy rule drops; and the commits they reported. The
-// rule drops by who hears whom first (minimal exclusion), and by
-// unreachable peers alone if that leaves no majority of ref's voters: a
-// joiner, which does not vote, may be the one all hear. A coordinator
-// the rule drops proposes nothing, and the next round's may.
-func fresh(ref View, counted []Report) (View, map[ID]Commit) {
+// rule drops by who hears whom first (minimal exclusion). If that leaves
+// no majority of ref's voters, it drops by unreachable peers alone, but
+// only in a final decision: until then the evidence of members that
+// just heard the others again may catch up (a member all hear, its own
+// evidence lagging, would be dropped), and a joiner, which does not
+// vote, may be the one all hear. A coordinator the rule drops proposes
+// nothing, and the next round's may.
+func fresh(ref View, counted []Report, final bool) (View, map[ID]Commit) {
 	var cands []ID
 	reach := map[ID][]ID{}
 	commits := map[ID]Commit{}
@@ -197,8 +201,8 @@ func fresh(ref View, counted []Report) (View, map[ID]Commit) {
 		reach[r.From] = r.Reach
 		commits[r.From] = r.Commit
 	}
-	keep := Greedy(cands, reach, true)
-	if !ref.Majority(keep) {
+	keep := Greedy(cands, reach, !mutate.greedyIgnoresHearing)
+	if !ref.Majority(keep) && final {
 		keep = Greedy(cands, reach, false)
 	}
 	return View{Epoch: ref.Epoch + 1, Members: keep}, commits
@@ -225,7 +229,7 @@ func Diverged(self ID, reports []Report) []ID {
 	if !ref.Majority(to) {
 		return nil
 	}
-	next, commits := fresh(ref, counted)
+	next, commits := fresh(ref, counted, true)
 	if !next.Has(self) || !ref.Majority(next.Members) {
 		return nil
 	}

@@ -138,12 +138,16 @@ type coordination struct {
 	ref     View
 	accepts []ID
 	done    bool
-	// decided is what the last decision saw (the reports and the loss
-	// evidence); a tick decides again only if that changed.
+	// decided is what the last decision saw (the reports, their reach
+	// and the loss evidence); a tick decides again only if that changed.
 	decided struct {
-		final            bool
-		reports, lostGen int
+		final, settled             bool
+		reports, reachGen, lostGen int
 	}
+	// reachGen counts the reports whose Reach a later copy changed; news
+	// is ticks at the last change to what the round knows (a report, a
+	// Reach, the coordinator's own evidence).
+	reachGen, news int
 }
 
 // NewRank starts a rank that runs in view v with commit c.
@@ -377,9 +381,22 @@ func (r *Rank) onReport(from ID, m Report) {
 		// while that round may finish: a rank that hears nobody calls for
 		// ever, and must not pull the others out of rounds that can.
 		r.join(m.Round)
-	case c == 0 && r.co != nil && r.co.round == m.Round && r.co.p == nil &&
-		!slices.ContainsFunc(r.co.reports, func(o Report) bool { return o.From == from }):
-		r.co.reports = append(r.co.reports, m)
+	case c == 0 && r.co != nil && r.co.round == m.Round && r.co.p == nil:
+		co := r.co
+		i := slices.IndexFunc(co.reports, func(o Report) bool { return o.From == from })
+		switch {
+		case i < 0:
+			co.reports = append(co.reports, m)
+		case !slices.Equal(co.reports[i].Reach, m.Reach):
+			// A resent report: its rank's evidence changed (it hears a
+			// member again, or lost one). Only Reach can change within a
+			// round; the rest is its promise.
+			co.reports[i].Reach = slices.Clone(m.Reach)
+			co.reachGen++
+		default:
+			return
+		}
+		co.news = co.ticks
 		r.decide(false)
 	}
 }
@@ -391,10 +408,24 @@ func (r *Rank) decide(final bool) {
 	if co == nil || co.p != nil {
 		return
 	}
-	if final && co.decided.final && co.decided.reports == len(co.reports) && co.decided.lostGen == r.lostGen {
+	if r.lostGen != co.decided.lostGen {
+		co.news = co.ticks
+	}
+	// The round's evidence has settled: nothing changed for two resends
+	// (a member that hears a peer again tells within one), or
+	// CollectTicks without resends. Only then may the greedy rule drop a
+	// member all hear (fresh).
+	window := r.cfg.CollectTicks
+	if r.cfg.ResendTicks > 0 {
+		window = 2 * r.cfg.ResendTicks
+	}
+	settled := co.ticks-co.news >= window
+	if final && co.decided.final && co.decided.settled == settled && co.decided.reports == len(co.reports) &&
+		co.decided.reachGen == co.reachGen && co.decided.lostGen == r.lostGen {
 		return // nothing changed since the last final decision
 	}
-	co.decided.final, co.decided.reports, co.decided.lostGen = final, len(co.reports), r.lostGen
+	co.decided.final, co.decided.settled, co.decided.reports = final, settled, len(co.reports)
+	co.decided.reachGen, co.decided.lostGen = co.reachGen, r.lostGen
 	// Its own report is refreshed: loss evidence may have come since.
 	co.reports[0] = r.report(co.round)
 	if !final {
@@ -417,7 +448,7 @@ func (r *Rank) decide(final bool) {
 		r.onInstall(in)
 		return
 	}
-	p, to, ok := Plan(r.self, co.reports)
+	p, to, ok := Plan(r.self, co.reports, final && settled)
 	if !ok {
 		if ds := Diverged(r.self, co.reports); len(ds) > 0 {
 			// Terminal: waiting cannot mend diverged states.

@@ -213,7 +213,7 @@ type memberSet struct {
 
 // violation is an invariant that failed, with what shows it.
 type violation struct {
-	inv  string // "I1" … "I6"
+	inv  string // "I1" … "I7"
 	what string
 }
 
@@ -236,6 +236,8 @@ type sim struct {
 
 	downSince []int   // [obs*n+peer]: tick since peer is silent to obs; -1 if not
 	told      []bool  // [obs*n+peer]: obs has had Lost for this silence
+	backSince []int   // [obs*n+peer]: tick since obs hears peer again after a Lost; -1 if not
+	touched   []bool  // per rank: a fault struck it (crash, freeze, a cut or blip of its links)
 	lateSince []int   // [obs*n+peer]: tick since peer is late to obs; -1 if not
 	installAt []int   // per rank, the tick of its last install
 	heardAt   []int   // [obs*n+peer]: the tick obs last got a message from peer
@@ -306,6 +308,11 @@ func newSim(sc scenario) *sim {
 		s.downSince[i] = -1
 	}
 	s.told = make([]bool, n*n)
+	s.backSince = make([]int, n*n)
+	for i := range s.backSince {
+		s.backSince[i] = -1
+	}
+	s.touched = make([]bool, n)
 	s.lateSince = make([]int, n*n)
 	for i := range s.lateSince {
 		s.lateSince[i] = -1
@@ -467,6 +474,23 @@ func (s *sim) up(i int) bool { return !s.crashed[i] && !s.gone[i] && s.frozenUnt
 // hears reports whether j hears i now.
 func (s *sim) hears(j, i int) bool { return s.up(i) && s.up(j) && !s.cut[i*s.n+j] }
 
+// touch marks the ranks f strikes: all of them for a partition (each
+// loses links), none for an abort, a and b for a link's faults, and a
+// for the others.
+func (s *sim) touch(f fault) {
+	switch f.kind {
+	case partition:
+		for i := range s.n {
+			s.touched[i] = true
+		}
+	case cutBoth, cutOne, blip:
+		s.touched[f.a], s.touched[f.b] = true, true
+	case abort: // every rank suspects, no evidence against anyone
+	default:
+		s.touched[f.a] = true
+	}
+}
+
 // drop loses the messages in flight from a to b: their connection broke.
 func (s *sim) drop(a, b int) {
 	s.queue = slices.DeleteFunc(s.queue, func(e envelope) bool { return !e.train && e.from == a && e.to == b })
@@ -474,6 +498,7 @@ func (s *sim) drop(a, b int) {
 
 func (s *sim) apply(f fault) {
 	n := s.n
+	s.touch(f)
 	switch f.kind {
 	case crash:
 		s.crashed[f.a] = true
@@ -805,9 +830,23 @@ func (s *sim) advance() {
 				continue
 			}
 			if live[o] && live[p] && !s.cut[p*n+o] { // o hears p
-				s.downSince[k], s.told[k] = -1, false
+				s.downSince[k] = -1
+				if s.told[k] {
+					// The evidence that p is back comes late, later to
+					// some observers than to others, as heartbeats do over
+					// links that timed out during a stop.
+					if s.backSince[k] < 0 {
+						s.backSince[k] = s.tick
+					}
+					if s.tick-s.backSince[k] >= heardLag(o, p) {
+						s.told[k], s.backSince[k] = false, -1
+						s.step(o, Heard{Peer: s.ids[p]})
+						live[o] = s.up(o)
+					}
+				}
 				continue
 			}
+			s.backSince[k] = -1
 			if s.crashed[o] {
 				continue
 			}
@@ -839,6 +878,19 @@ func (s *sim) advance() {
 	}
 	s.train()
 }
+
+// runsIn reports whether rank u installed v or a later view, or accepted
+// v: its report counts in a round whose reference is v.
+func (s *sim) runsIn(u int, v View) bool {
+	r := s.ranks[u]
+	acc, _ := r.Accepted()
+	return r.Installed().Epoch >= v.Epoch || acc.Same(v)
+}
+
+// heardLag is how many ticks after o hears p again o gets Heard: fixed per
+// pair so that runs replay, unequal among observers, up to a few peer
+// timeouts.
+func heardLag(o, p int) int { return (7*o*o + 3*p) % (4 * peerTimeout) }
 
 // late gives a rank that runs in a view, and is not recovering, the
 // evidence against a member of it that is up but late: it still runs in
@@ -1002,6 +1054,22 @@ func (s *sim) checkInstall(i int, o Installed, before Commit) {
 	}
 	if want := LostFrom(pred, v); !slices.Equal(o.Lost, want) {
 		s.fail("I1", "rank %d names %v lost in epoch %d, not %v", i, o.Lost, e, want)
+	}
+	// I7, minimal exclusion: a rank no fault struck, up, a voter of the
+	// predecessor that is not leaving, and that installed or accepted
+	// the predecessor (a rank still behind it at a boundary does not
+	// vote from it), is in the view: everyone hears it, so only a peer's
+	// evidence lagging could drop it. Checked where messages arrive in
+	// order after one tick, and are sent again (resend): with random
+	// delays, a coordinator may decide at CollectTicks before the report
+	// of a rank with no evidence of its own arrived, and keeps only
+	// reporters; without resends, a rank that ignored a call while its
+	// evidence of the caller lagged is never called again.
+	for u, id := range s.ids {
+		if s.rng == nil && s.sc.resend && !s.touched[u] && s.up(u) && s.runsIn(u, pred) && slices.Contains(pred.Voters(), id) &&
+			!slices.Contains(pred.Leavers, id) && !v.Has(id) {
+			s.fail("I7", "rank %d installed epoch %d %v without rank %d, which no fault struck", i, e, v.Members, u)
+		}
 	}
 	w := o.Winner.Commit
 	if before.Cmp(w) > 0 || before.Cmp(w) == 0 && before.Digest != w.Digest {
