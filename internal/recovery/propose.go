@@ -135,9 +135,9 @@ func Chosen(reports []Report) (Install, bool) {
 // reporters, who all may accept though not all may be kept. ok is false
 // if the round cannot propose: no majority of the reference view reported,
 // the kept members hold no majority, the coordinator is not kept, or
-// holders of one commit disagree on its digest. final says the round's
-// collection is over (fresh).
-func Plan(self ID, reports []Report, final bool) (p Propose, to []ID, ok bool) {
+// holders of one commit disagree on its digest. settled says the round's
+// evidence has stopped changing (fresh).
+func Plan(self ID, reports []Report, settled bool) (p Propose, to []ID, ok bool) {
 	ref, found := Reference(reports)
 	if !found {
 		return Propose{}, nil, false
@@ -165,7 +165,7 @@ func Plan(self ID, reports []Report, final bool) (p Propose, to []ID, ok bool) {
 		}
 		return Propose{Ref: ref.Clone(), View: prior.Accepted.Clone(), Lost: LostFrom(ref, prior.Accepted), Winner: prior.AcceptedWinner}, to, true
 	}
-	next, commits := fresh(ref, counted, final)
+	next, commits := fresh(ref, counted, settled)
 	if !next.Has(self) || !ref.Majority(next.Members) {
 		return Propose{}, nil, false
 	}
@@ -184,12 +184,12 @@ func Plan(self ID, reports []Report, final bool) (p Propose, to []ID, ok bool) {
 // less those the greedy rule drops; and the commits they reported. The
 // rule drops by who hears whom first (minimal exclusion). If that leaves
 // no majority of ref's voters, it drops by unreachable peers alone, but
-// only in a final decision: until then the evidence of members that
-// just heard the others again may catch up (a member all hear, its own
-// evidence lagging, would be dropped), and a joiner, which does not
-// vote, may be the one all hear. A coordinator the rule drops proposes
+// only once the evidence has settled: until then the evidence of members
+// that just heard the others again may catch up (a member all hear, its
+// own evidence lagging, would be dropped). A joiner, which does not vote,
+// may be the one all hear. A coordinator the rule drops proposes
 // nothing, and the next round's may.
-func fresh(ref View, counted []Report, final bool) (View, map[ID]Commit) {
+func fresh(ref View, counted []Report, settled bool) (View, map[ID]Commit) {
 	var cands []ID
 	reach := map[ID][]ID{}
 	commits := map[ID]Commit{}
@@ -202,7 +202,7 @@ func fresh(ref View, counted []Report, final bool) (View, map[ID]Commit) {
 		commits[r.From] = r.Commit
 	}
 	keep := Greedy(cands, reach, !mutate.greedyIgnoresHearing)
-	if !ref.Majority(keep) && final {
+	if !ref.Majority(keep) && settled {
 		keep = Greedy(cands, reach, false)
 	}
 	return View{Epoch: ref.Epoch + 1, Members: keep}, commits

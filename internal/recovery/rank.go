@@ -294,8 +294,11 @@ func (r *Rank) onTick() {
 	r.waited++
 	if co := r.co; co != nil && co.p == nil {
 		co.ticks++
-		if co.ticks >= r.cfg.CollectTicks {
+		switch {
+		case co.ticks >= r.cfg.CollectTicks:
 			r.decide(true)
+		case co.ticks-co.news == r.settleTicks():
+			r.decide(false) // the evidence just settled (fresh)
 		}
 	}
 	if k := r.cfg.ResendTicks; k > 0 && r.recovering && r.waited%k == 0 {
@@ -401,6 +404,16 @@ func (r *Rank) onReport(from ID, m Report) {
 	}
 }
 
+// settleTicks is how long a round's evidence must not change before it
+// counts as settled: two resends (a member that hears a peer again tells
+// within one), or CollectTicks without resends.
+func (r *Rank) settleTicks() int {
+	if r.cfg.ResendTicks > 0 {
+		return 2 * r.cfg.ResendTicks
+	}
+	return r.cfg.CollectTicks
+}
+
 // decide proposes once every member of the reference view that the
 // coordinator hears has reported, or, if final, with what it has.
 func (r *Rank) decide(final bool) {
@@ -411,15 +424,9 @@ func (r *Rank) decide(final bool) {
 	if r.lostGen != co.decided.lostGen {
 		co.news = co.ticks
 	}
-	// The round's evidence has settled: nothing changed for two resends
-	// (a member that hears a peer again tells within one), or
-	// CollectTicks without resends. Only then may the greedy rule drop a
-	// member all hear (fresh).
-	window := r.cfg.CollectTicks
-	if r.cfg.ResendTicks > 0 {
-		window = 2 * r.cfg.ResendTicks
-	}
-	settled := co.ticks-co.news >= window
+	// Only once the round's evidence has settled may the greedy rule
+	// drop a member all hear (fresh).
+	settled := co.ticks-co.news >= r.settleTicks()
 	if final && co.decided.final && co.decided.settled == settled && co.decided.reports == len(co.reports) &&
 		co.decided.reachGen == co.reachGen && co.decided.lostGen == r.lostGen {
 		return // nothing changed since the last final decision
@@ -448,7 +455,7 @@ func (r *Rank) decide(final bool) {
 		r.onInstall(in)
 		return
 	}
-	p, to, ok := Plan(r.self, co.reports, final && settled)
+	p, to, ok := Plan(r.self, co.reports, settled)
 	if !ok {
 		if ds := Diverged(r.self, co.reports); len(ds) > 0 {
 			// Terminal: waiting cannot mend diverged states.
