@@ -544,11 +544,11 @@ func (c *Comm) SetPoll(d time.Duration) error {
 	return nil
 }
 
-// useView gives o the op context's view for the collective just begun,
-// and points pollCtx at it: a new view follows only a cancellation, so
-// only then does this allocate.
-func (c *Comm) useView(o *op) {
-	o.ctx = c.ctx.view()
+// useView gives o v, the op context's view for the collective just
+// begun, and points pollCtx at it: a new view follows only a
+// cancellation, so only then does this allocate.
+func (c *Comm) useView(o *op, v *opView) {
+	o.ctx = v
 	if c.poll > 0 && c.pollView != o.ctx {
 		c.pollCtx, c.pollView = transport.WithPoll(o.ctx, c.poll), o.ctx
 	}

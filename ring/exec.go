@@ -86,14 +86,6 @@ func newOpCtx() *opCtx {
 	return c
 }
 
-// view returns the context of the collective in progress, or of the next
-// one if none is: begin replaces a cancelled view.
-func (c *opCtx) view() *opView {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur
-}
-
 // deadlineLocked is the earlier of the collective's deadline and its
 // parent's.
 func (c *opCtx) deadlineLocked() time.Time {
@@ -143,8 +135,8 @@ func (c *opCtx) cancelLocked(err error) {
 }
 
 // begin readies the context for a collective under parent that must end
-// by deadline, and returns its generation.
-func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
+// by deadline, and returns the view the collective runs under.
+func (c *opCtx) begin(parent context.Context, deadline time.Time) *opView {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
@@ -157,7 +149,7 @@ func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 			c.cur = &opView{c: c, done: make(chan struct{})}
 			c.cancelLocked(c.closeErr)
 		}
-		return c.gen
+		return c.cur
 	}
 	if c.cur.err != nil {
 		c.cur = &opView{c: c, done: make(chan struct{})}
@@ -175,7 +167,7 @@ func (c *opCtx) begin(parent context.Context, deadline time.Time) uint64 {
 	if err := parent.Err(); err != nil {
 		c.cancelLocked(err)
 	}
-	return c.gen
+	return c.cur
 }
 
 // end marks the collective over: later cancellations wait for the next.
@@ -828,8 +820,7 @@ func (c *Comm) run(ctx context.Context, e *planEntry, dtype wire.DType, wop wire
 	// Before begin, so that a timer callback that finds this collective
 	// active reads its deadline.
 	o.deadline.Store(int64(start.Add(o.timeout).Sub(c.born)))
-	c.ctx.begin(ctx, start.Add(o.timeout))
-	c.useView(o)
+	c.useView(o, c.ctx.begin(ctx, start.Add(o.timeout)))
 	c.timer.Reset(o.timeout)
 	inline := c.inline(e, wes)
 	o.inline = inline

@@ -694,13 +694,13 @@ func TestClosedAfterAFailure(t *testing.T) {
 	o.cancel(errDeadline)
 	o.end()
 	o.shutdown(ErrClosed)
-	o.begin(context.Background(), later)
+	v := o.begin(context.Background(), later)
 	select {
-	case <-o.view().Done():
+	case <-v.Done():
 	default:
 		t.Fatal("a collective begun after shutdown is not ended")
 	}
-	if err := o.view().Err(); err != ErrClosed {
+	if err := v.Err(); err != ErrClosed {
 		t.Fatalf("Err = %v, want ErrClosed", err)
 	}
 }
