@@ -326,32 +326,15 @@ func (g *Gossip) Depart(ms []vote.Member) {
 // members: after a partition, each side's gossip holds the other dead
 // and never probes it again.
 func (g *Gossip) Regossip(ctx context.Context, members []transport.PeerID) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			addrs := slices.Clone(g.seeds)
-			for _, m := range g.node.All() {
-				if slices.Contains(members, transport.PeerID(m.Name)) && !slices.Contains(addrs, m.Addr) {
-					addrs = append(addrs, m.Addr)
-				}
-			}
-			if len(addrs) > 0 {
-				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
-				if err := g.node.Join(jctx, addrs); err != nil {
-					g.log.Debug().Err(err).Strs("addrs", addrs).Msg("joining gossip again")
-				}
-				jcancel()
-			}
-			select {
-			case <-time.After(regossipEvery):
-			case <-ctx.Done():
-				return
+	return g.rejoinEvery(ctx, func(context.Context) []string {
+		addrs := slices.Clone(g.seeds)
+		for _, m := range g.node.All() {
+			if slices.Contains(members, transport.PeerID(m.Name)) && !slices.Contains(addrs, m.Addr) {
+				addrs = append(addrs, m.Addr)
 			}
 		}
-	}()
-	return func() { cancel(); <-done }
+		return addrs
+	})
 }
 
 // regossipEvery is how often a rejoining worker joins gossip again, and
@@ -365,23 +348,28 @@ const regossipEvery = 2 * time.Second
 // job instead of starting a second one (StartWindow). memberlist stops
 // trying a dead node after GossipToTheDeadTime, so it cannot be relied
 // on to find it again.
-func (g *Gossip) KeepSeeds(ctx context.Context) (stop func()) {
+func (g *Gossip) KeepSeeds(ctx context.Context) (stop func()) { return g.rejoinEvery(ctx, g.deadSeeds) }
+
+// rejoinEvery joins gossip through addrs' addresses at once and then
+// every regossipEvery, each attempt bounded by regossipEvery, until
+// stopped or ctx ends.
+func (g *Gossip) rejoinEvery(ctx context.Context, addrs func(context.Context) []string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
+			if as := addrs(ctx); len(as) > 0 {
+				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
+				if err := g.node.Join(jctx, as); err != nil {
+					g.log.Debug().Err(err).Strs("addrs", as).Msg("joining gossip again")
+				}
+				jcancel()
+			}
 			select {
 			case <-time.After(regossipEvery):
 			case <-ctx.Done():
 				return
-			}
-			if dead := g.deadSeeds(ctx); len(dead) > 0 {
-				jctx, jcancel := context.WithTimeout(ctx, regossipEvery)
-				if err := g.node.Join(jctx, dead); err != nil {
-					g.log.Debug().Err(err).Strs("seeds", dead).Msg("joining gossip again through seeds it does not list alive")
-				}
-				jcancel()
 			}
 		}
 	}()
