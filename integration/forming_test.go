@@ -70,8 +70,12 @@ func TestSeedRestartedByItsOwnCommand(t *testing.T) {
 			for range 2 {
 				p.Add(t)
 			}
-			waitFor(t, time.Minute, "the joiners' admission", func() bool {
-				return strings.Contains(p.Stderr(1), `"message":"admitted"`) && strings.Contains(p.Stderr(2), `"message":"admitted"`)
+			// A joiner admitted after iteration 0 votes in a recovery
+			// only from the next boundary on (vote.PromoteJoiners); killed
+			// before that, the seed would be the only voter, and the two
+			// could not recover.
+			waitFor(t, time.Minute, "the joiners' admission and first vote", func() bool {
+				return votes(p.Stderr(1)) && votes(p.Stderr(2))
 			})
 			p.Kill(t, 0)
 			waitFor(t, time.Minute, "the joiners' recovery", func() bool {
@@ -87,4 +91,16 @@ func TestSeedRestartedByItsOwnCommand(t *testing.T) {
 			finalDigests(t, res, iters)
 		})
 	}
+}
+
+// votes reports whether a joiner's JSON log shows it a voter: admitted
+// before iteration 0, or promoted at a boundary since.
+func votes(log string) bool {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, `"joiners_vote":true`) ||
+			strings.Contains(line, `"message":"admitted"`) && strings.Contains(line, `"iter":0,`) {
+			return true
+		}
+	}
+	return false
 }
