@@ -42,6 +42,12 @@ type Progress struct {
 	Iter  int64  // the training iteration
 	// Begun counts the collectives the worker has begun in this epoch.
 	Begun uint64
+	// Left is the epoch of the latest view the worker saw fail and left,
+	// to recover or to be admitted again (0: none). The others of that
+	// view, still in a step that no collective guards (the link probes,
+	// a recovered view's start), end it at once rather than wait out
+	// its timeout on a worker that is alive but gone from the view.
+	Left uint64
 }
 
 // Before reports whether p is behind q: in an earlier epoch, or in the
@@ -58,17 +64,18 @@ type heardProgress struct {
 
 // progressLen is the size of a heartbeat's payload: Progress, little
 // endian. A heartbeat without one (a farewell) carries no progress.
-const progressLen = 24
+const progressLen = 32
 
 func (p Progress) encode(b *[progressLen]byte) {
 	binary.LittleEndian.PutUint64(b[0:], p.Epoch)
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Iter))
 	binary.LittleEndian.PutUint64(b[16:], p.Begun)
+	binary.LittleEndian.PutUint64(b[24:], p.Left)
 }
 
 func decodeProgress(b []byte) Progress {
 	return Progress{Epoch: binary.LittleEndian.Uint64(b[0:]), Iter: int64(binary.LittleEndian.Uint64(b[8:])),
-		Begun: binary.LittleEndian.Uint64(b[16:])}
+		Begun: binary.LittleEndian.Uint64(b[16:]), Left: binary.LittleEndian.Uint64(b[24:])}
 }
 
 // Monitor heartbeats with a set of peers and records when each was last
@@ -97,8 +104,13 @@ type peer struct {
 	bye   atomic.Bool  // a farewell arrived
 	gone  atomic.Bool  // receiving from it failed (closed, reset or dropped) since it was last heard
 	// brokeAt is when receiving from it first failed since it was last
-	// heard from (unix nanoseconds; 0: it has not).
+	// heard from (unix nanoseconds; 0: it has not). Only a peer heard
+	// since it was watched can break: before that, a failed receive may
+	// be the end of streams a former incarnation of the peer left here
+	// (a member left out and admitted again closes its old links as it
+	// rejoins), and the peer counts as not connected yet.
 	brokeAt atomic.Int64
+	linked  atomic.Bool // heard since it was watched
 	// progress is what its latest heartbeat carried, and when; nil
 	// before one did.
 	progress atomic.Pointer[heardProgress]
@@ -295,7 +307,8 @@ func (m *Monitor) Progress(id transport.PeerID) (Progress, time.Time, bool) {
 
 // Broken reports when the heartbeat connection from peer broke (closed,
 // reset or dropped) without a farewell, if it has since the peer was last
-// heard from. Of several members whose connections broke within moments,
+// heard from. A peer not heard since it was watched has no connection to
+// break yet: only its silence (LastHeard) tells it is gone. Of several members whose connections broke within moments,
 // the first is usually the one that crashed: the others are survivors
 // that gave up on it and closed.
 func (m *Monitor) Broken(id transport.PeerID) (time.Time, bool) {
@@ -428,6 +441,7 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 				p.progress.Store(&heardProgress{decodeProgress(buf[:]), now})
 			}
 			p.heard.Store(now)
+			p.linked.Store(true)
 			p.brokeAt.Store(0)
 			p.gone.Store(false) // its link came back: Farewell waits for it again
 			if h.Flags == flagFarewell {
@@ -436,7 +450,9 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 			continue
 		}
 		p.gone.Store(true)
-		p.brokeAt.CompareAndSwap(0, time.Now().UnixNano())
+		if p.linked.Load() {
+			p.brokeAt.CompareAndSwap(0, time.Now().UnixNano())
+		}
 		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")
 		select {
 		case <-time.After(m.interval):

@@ -55,6 +55,16 @@ func pair(t *testing.T, progress ...func() liveness.Progress) (*mem.Network, [2]
 	return net, trs, mons
 }
 
+// heardAfter waits up to 2 s for a heartbeat of peer's to reach m after t.
+func heardAfter(m *liveness.Monitor, peer transport.PeerID, t time.Time) bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(interval / 4) {
+		if m.LastHeard(peer).After(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // heardWithin waits up to 2 s for m to have heard peer within d.
 func heardWithin(m *liveness.Monitor, peer transport.PeerID, d time.Duration) bool {
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(interval) {
@@ -198,7 +208,7 @@ func TestFarewell(t *testing.T) {
 // before closing, does not.
 func TestBroken(t *testing.T) {
 	net, _, mons := pair(t)
-	if !heardWithin(mons[0], "b", 3*interval) {
+	if !heardAfter(mons[0], "b", time.Now()) {
 		t.Fatal("no heartbeat")
 	}
 	if _, ok := mons[0].Broken("b"); ok {
@@ -228,13 +238,64 @@ func TestBroken(t *testing.T) {
 	}
 }
 
+// TestBrokenBeforeHeard: receives that fail before a newly watched peer
+// is first heard (the end of streams an earlier incarnation left) do not
+// make it broken; only its silence counts. Once heard, a break counts.
+func TestBrokenBeforeHeard(t *testing.T) {
+	net, _, mons := pair(t)
+	if !heardWithin(mons[0], "b", 3*interval) {
+		t.Fatal("no heartbeat")
+	}
+	mons[0].Watch(nil)
+	net.Kill("b")
+	watched := time.Now()
+	mons[0].Watch([]transport.PeerID{"b"})
+	time.Sleep(10 * interval) // several failed receives
+	if at, ok := mons[0].Broken("b"); ok {
+		t.Fatalf("a peer never heard since it was watched is broken at %v", at)
+	}
+	if heard := mons[0].LastHeard("b"); heard.Before(watched.Add(-interval)) || heard.After(time.Now()) {
+		t.Fatalf("last heard %v; want the watch's start, %v", heard, watched)
+	}
+
+	// b comes back, is heard, and is killed: now it breaks.
+	b, err := net.Join("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := b.Connect(ctx, "a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	mb, err := liveness.New(liveness.Config{Transport: b, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mb.Close() })
+	mb.Watch([]transport.PeerID{"a"})
+	if !heardAfter(mons[0], "b", time.Now()) {
+		t.Fatal("no heartbeat from b's new incarnation")
+	}
+	net.Kill("b")
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(interval / 4) {
+		if _, ok := mons[0].Broken("b"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a peer heard, then killed, is not broken")
+		}
+	}
+}
+
 // TestProgress checks that heartbeats carry each worker's progress, and
 // that a worker reporting none is known to have sent none.
 func TestProgress(t *testing.T) {
 	var seq atomic.Uint64
-	_, _, mons := pair(t, func() liveness.Progress { return liveness.Progress{Epoch: 3, Iter: 41, Begun: seq.Load()} })
+	_, _, mons := pair(t, func() liveness.Progress { return liveness.Progress{Epoch: 3, Iter: 41, Begun: seq.Load(), Left: 2} })
 	seq.Store(7)
-	want := liveness.Progress{Epoch: 3, Iter: 41, Begun: 7}
+	want := liveness.Progress{Epoch: 3, Iter: 41, Begun: 7, Left: 2}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got, at, ok := mons[1].Progress("a")

@@ -70,27 +70,17 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 	}
 	epoch := uint64(1) // of the view a starter forms
 	for {
-		for !starting {
-			wel, err := e.awaitWelcome(ctx, e.gossip.Starter())
-			if errors.Is(err, gossip.ErrJobGone) {
+		if !starting {
+			wel, err := e.admitted(ctx, start, e.gossip.Starter())
+			switch {
+			case errors.Is(err, gossip.ErrJobGone):
 				e.log.Info().Msg("this worker is the first seed and gossip lists the job's workers in no view any more: starting the job")
 				starting = true
-				break
-			}
-			if err != nil {
+			case err != nil:
 				return err
-			}
-			err = e.enterView(ctx, wel, start)
-			if err == nil {
+			default:
 				prestart = wel.Prestart
-				break
 			}
-			if !lostPeer(err) || ctx.Err() != nil {
-				return err
-			}
-			// The members recover without this worker, and admit it later.
-			e.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
-			e.backToPending(vote.PeerIDs(wel.Members))
 		}
 		if starting {
 			err := e.installView(ctx, newView{epoch: epoch, members: []vote.Member{self}, shares: sampler.EqualShares(cfg.GlobalBatch, 1),
@@ -132,6 +122,7 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 			// view anew, alone, and admits the others again.
 			e.log.Warn().Err(err).Strs("dropped", peerNames(others)).Uint64("epoch", e.cur.Epoch+1).
 				Msg("a member was lost before iteration 0: forming the job's view again; the live workers are admitted again")
+			e.abandon(e.cur)
 			e.live.Watch(nil)
 			e.links.Forget(others)
 			epoch, prestart = e.cur.Epoch+1, true
@@ -438,6 +429,24 @@ func (e *Engine) forgetDeparted() {
 	e.members.forget = e.members.forget[:0]
 }
 
+// admitted waits for a welcome and enters the view it describes. A
+// member lost while this worker enters the view sends it back to
+// pending: the members recover without it, and admit it later.
+func (e *Engine) admitted(ctx context.Context, start time.Time, startIfGone bool) (gossip.Welcome, error) {
+	for {
+		wel, err := e.awaitWelcome(ctx, startIfGone)
+		if err != nil {
+			return wel, err
+		}
+		err = e.enterView(ctx, wel, start)
+		if err == nil || !lostPeer(err) || ctx.Err() != nil {
+			return wel, err
+		}
+		e.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
+		e.backToPending(vote.PeerIDs(wel.Members))
+	}
+}
+
 // enterView makes this joiner a member of the view its welcome describes,
 // and takes the state from the root. start is when Join began.
 func (e *Engine) enterView(ctx context.Context, wel gossip.Welcome, start time.Time) error {
@@ -472,9 +481,7 @@ func (e *Engine) enterView(ctx context.Context, wel gossip.Welcome, start time.T
 // pending joiner again: it stops talking to the view that was admitting
 // it (its silence tells the members it is gone) and says it is pending.
 func (e *Engine) backToPending(members []transport.PeerID) {
-	if v := e.cur; v != nil {
-		v.Close()
-	}
+	e.abandon(e.cur)
 	e.live.Watch(nil)
 	self := transport.PeerID(e.cfg.Name)
 	e.links.Forget(slices.DeleteFunc(slices.Clone(members), func(p transport.PeerID) bool { return p == self }))

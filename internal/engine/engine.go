@@ -146,6 +146,9 @@ type iteration struct {
 	iter int64
 	// now is iter, for the heartbeats' progress: both set only by setIter.
 	now atomic.Int64
+	// left is the epoch of the latest view this worker saw fail
+	// (abandon), for the heartbeats' progress.
+	left atomic.Uint64
 	// ctrlStep is what the control channel's collectives belong to, for
 	// stall reports.
 	ctrlStep atomic.Int32

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gyre-ml/gyre/internal/config"
 	"github.com/gyre-ml/gyre/internal/errs"
+	"github.com/gyre-ml/gyre/internal/recoverer"
 	"github.com/gyre-ml/gyre/internal/recovery"
 	"github.com/gyre-ml/gyre/internal/sampler"
 	"github.com/gyre-ml/gyre/internal/view"
@@ -39,7 +40,7 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 	old := e.cur
 	// Nothing of the old view's collectives is read again: the new view
 	// has a higher epoch, and its links are reopened (installRecovered).
-	old.Close()
+	e.abandon(old)
 	// A member that advanced past the boundary this worker failed runs the
 	// next iteration's collectives and waits for this worker's part, which
 	// never comes, with no evidence against it: it would wait out
@@ -167,7 +168,7 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 		}
 		if err != nil {
 			e.log.Warn().Err(err).Uint64("epoch", o.View.Epoch).Msg("could not start the recovered view; recovering again")
-			e.cur.Close() // nothing of it runs while the rounds go on
+			e.abandon(e.cur) // nothing of it runs while the rounds go on
 			// The broadcast may have set the winner's state and iteration.
 			if rerr := e.rollBack(); rerr != nil {
 				return Change{}, errors.Join(err, rerr)
@@ -288,8 +289,10 @@ func (e *Engine) recoverOr(ctx context.Context, err error) (Change, error) {
 	return e.recoverView(ctx, err, nil)
 }
 
-// lostPeer reports whether err is the loss of a peer: one a recovery, or
-// a joiner's return to pending, can get over.
+// lostPeer reports whether err is the loss of a peer, or a member's
+// leaving a failed view: one a recovery, or a joiner's return to pending,
+// can get over.
 func lostPeer(err error) bool {
-	return errors.Is(err, transport.ErrPeerGone) || errors.Is(err, transport.ErrNotConnected)
+	return errors.Is(err, transport.ErrPeerGone) || errors.Is(err, transport.ErrNotConnected) ||
+		errors.Is(err, recoverer.ErrMemberLeft)
 }

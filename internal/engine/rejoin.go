@@ -68,12 +68,9 @@ func (e *Engine) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	// Gossip may have declared the members dead while this worker was
 	// cut off, and they it; memberlist never looks again by itself.
 	stopGossip := e.gossip.Regossip(jctx, old)
-	wel, err := e.awaitWelcome(jctx, false)
+	_, err := e.admitted(jctx, start, false)
 	stopGossip()
 	if err != nil {
-		return fail(err)
-	}
-	if err := e.enterView(jctx, wel, start); err != nil {
 		return fail(err)
 	}
 	e.startAdmissions()

@@ -23,11 +23,28 @@ var ctrlStepNames = [...]string{stepJoin: "join", stepBoundary: "boundary", step
 // progress is this worker's progress, for its heartbeats.
 func (e *Engine) progress() liveness.Progress {
 	v := e.shared.Load()
-	p := liveness.Progress{Iter: e.it.now.Load()}
+	p := liveness.Progress{Iter: e.it.now.Load(), Left: e.it.left.Load()}
 	if v != nil {
 		p.Epoch, p.Begun = v.Epoch, v.Begun()
 	}
 	return p
+}
+
+// abandon closes v, a view this worker saw fail, and says so in its
+// heartbeats (liveness.Progress.Left): members still in a step of v that
+// no collective guards end it at once (recoverer.Watch) rather than wait
+// on this worker, alive but gone from v.
+func (e *Engine) abandon(v *view.View) {
+	if v == nil {
+		return
+	}
+	v.Close()
+	for {
+		left := e.it.left.Load()
+		if v.Epoch <= left || e.it.left.CompareAndSwap(left, v.Epoch) {
+			return
+		}
+	}
 }
 
 // onStall returns the stall report of v's communicator on channel.

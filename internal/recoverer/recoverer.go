@@ -7,6 +7,7 @@ package recoverer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -532,10 +533,17 @@ func unheard(gone []string) string {
 
 // Watch returns a context that ends, with a lost-peer cause, when the
 // heartbeats say a member of the view of epoch (ids, this worker at
-// self) other than this worker is gone.
+// self) other than this worker is gone, or, with ErrMemberLeft, that
+// one saw the view fail and left it (liveness.Progress.Left): the steps
+// Watch guards have no abort marker to tell them.
 func (rc *Recoverer) Watch(ctx context.Context, epoch uint64, ids []transport.PeerID, self int) (context.Context, func()) {
 	return Watch(ctx, rc.cfg.Live, rc.cfg.PeerTimeout, epoch, ids, self)
 }
+
+// ErrMemberLeft ends a Watch: a member of the view saw it fail and left
+// it, to recover or to be admitted again. Like a lost peer, it is a view
+// failure that a recovery, or a joiner's return to pending, gets over.
+var ErrMemberLeft = errors.New("gyre: a member left the view")
 
 // Watch is Recoverer.Watch for a worker that has no Recoverer yet (one
 // joining its first view), on live's heartbeats with peerTimeout.
@@ -553,9 +561,16 @@ func Watch(ctx context.Context, live *liveness.Monitor, peerTimeout time.Duratio
 				return
 			case now := <-tick.C:
 				for r, id := range ids {
-					if r != self && Silent(live, peerTimeout, id, now) {
+					if r == self {
+						continue
+					}
+					if Silent(live, peerTimeout, id, now) {
 						cancel(fmt.Errorf("rank %d (%s) of epoch %d fell silent for PeerTimeout %v: %w",
 							r, id, epoch, peerTimeout, transport.ErrPeerGone))
+						return
+					}
+					if pr, _, ok := live.Progress(id); ok && pr.Left >= epoch {
+						cancel(fmt.Errorf("rank %d (%s) saw the view of epoch %d fail and left it: %w", r, id, pr.Left, ErrMemberLeft))
 						return
 					}
 				}
