@@ -262,7 +262,11 @@ type Admissions struct {
 
 	mu      sync.Mutex
 	members map[transport.PeerID]bool // the current view: not joiners
-	links   map[transport.PeerID]*joinerHandshake
+	// former holds the workers gossip lists that a view since Start has
+	// held: one pending again was admitted once, and its death is no
+	// sign of a wrong address.
+	former map[transport.PeerID]bool
+	links  map[transport.PeerID]*joinerHandshake
 	// ending holds handshakes stopped but maybe not yet ended, so that the
 	// next one with the same joiner waits for them: one receive at a time
 	// per peer and channel.
@@ -281,10 +285,11 @@ type joinerHandshake struct {
 func Start(t transport.Transport, g Gossip, self transport.PeerID, fit Fitting,
 	members []vote.Member, note time.Duration, log zerolog.Logger) *Admissions {
 	a := &Admissions{t: t, g: g, self: self, fit: fit, log: log, note: note,
-		members: map[transport.PeerID]bool{}, links: map[transport.PeerID]*joinerHandshake{},
+		members: map[transport.PeerID]bool{}, former: map[transport.PeerID]bool{}, links: map[transport.PeerID]*joinerHandshake{},
 		ending: map[transport.PeerID]*joinerHandshake{}}
 	for _, m := range members {
 		a.members[m.ID] = true
+		a.former[m.ID] = true
 	}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.wg.Add(1)
@@ -304,6 +309,7 @@ func (a *Admissions) SetView(members []vote.Member) {
 	var ended []*joinerHandshake
 	for _, m := range members {
 		a.members[m.ID] = true
+		a.former[m.ID] = true
 		if h := a.links[m.ID]; h != nil {
 			ended = append(ended, a.stopLocked(m.ID, h))
 		}
@@ -412,6 +418,11 @@ func (a *Admissions) poll(now time.Time) {
 			a.noteGone(id, h.link.addr)
 		}
 	}
+	for id := range a.former {
+		if !live[id] && !a.members[id] {
+			delete(a.former, id)
+		}
+	}
 	for id, addr := range pending {
 		h := a.links[id]
 		if h == nil {
@@ -428,9 +439,16 @@ func (a *Admissions) poll(now time.Time) {
 
 // noteGone logs a pending joiner that gossip no longer lists live: one
 // that left says so, and one declared dead was most often never reachable
-// at its gossip address (a wrong --advertise) or stopped.
+// at its gossip address (a wrong --advertise) or stopped, unless a view
+// held it once: then it was reachable, and was lost. a.mu is held.
 func (a *Admissions) noteGone(id transport.PeerID, addr string) {
-	if gossipAddr, dead := a.g.Dead(id); dead {
+	gossipAddr, dead := a.g.Dead(id)
+	if dead && a.former[id] {
+		a.log.Info().Str("joiner", string(id)).Str("gossip_addr", gossipAddr).Str("addr", addr).
+			Msg("gossip declared dead a worker pending again after a view held it: it was lost")
+		return
+	}
+	if dead {
 		a.log.Warn().Str("joiner", string(id)).Str("gossip_addr", gossipAddr).Str("addr", addr).
 			Msg("gossip declared a pending joiner dead before it was admitted: it stopped, or this worker cannot reach its gossip address (check its --advertise and firewalls)")
 		return
