@@ -58,6 +58,11 @@ type PeerLostError struct {
 }
 
 func (e *PeerLostError) Error() string {
+	if errors.Is(e.Err, transport.ErrClosedByPeer) {
+		// Alive when it closed: it left the collective, often to recover
+		// from another member's loss.
+		return fmt.Sprintf("ring: rank %d (%s) closed its side of the collective: %v", e.Rank, e.Peer, e.Err)
+	}
 	return fmt.Sprintf("ring: lost rank %d (%s): %v", e.Rank, e.Peer, e.Err)
 }
 

@@ -16,7 +16,23 @@ var (
 	ErrNotConnected = errors.New("transport: peer not connected")
 	// ErrBadChannel means a channel at or above NumChannels was used.
 	ErrBadChannel = errors.New("transport: unknown channel")
+	// ErrClosedByPeer is matched by a PeerError whose cause the peer sent:
+	// it closed or reset the stream or the connection, or dropped this
+	// process. The peer was alive then; it may have left the collective
+	// (to recover, say) rather than died. Transports that cannot tell
+	// (TCP: a killed process's kernel closes its sockets as a live one
+	// does) never mark it.
+	ErrClosedByPeer = errors.New("transport: closed by the peer")
 )
+
+// ClosedByPeer marks err, a link failure the peer sent, as matching
+// ErrClosedByPeer. Its message is err's.
+func ClosedByPeer(err error) error { return closedByPeer{err} }
+
+type closedByPeer struct{ error }
+
+func (e closedByPeer) Is(target error) bool { return target == ErrClosedByPeer }
+func (e closedByPeer) Unwrap() error        { return e.error }
 
 // PeerError reports that a peer can no longer be used: its connection
 // failed or closed, it sent input that is not a valid frame, or it was

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"errors"
 	"time"
 
 	"github.com/gyre-ml/gyre/liveness"
@@ -11,7 +12,9 @@ import (
 // collective of v: the member unheard for longest (live's heartbeats), if
 // any has been silent past peerTimeout; else, after blameGrace, the
 // member whose heartbeat connection broke first; else the peer err
-// names. Liveness comes first
+// names, unless that peer closed the link itself
+// (transport.ErrClosedByPeer: it was alive, and left the collective).
+// Then nobody is blamed. Liveness comes first
 // because a crash is often seen through its consequences: a survivor that
 // learned of it first and gave up closes its connections at once, so the
 // peer err names may be that survivor, while the crashed member's silence
@@ -40,7 +43,7 @@ func (v *View) Blame(live *liveness.Monitor, peerTimeout time.Duration, err erro
 	if best >= 0 {
 		return best, v.IDs[best], true
 	}
-	if p, ok := transport.PeerOf(err); ok {
+	if p, ok := transport.PeerOf(err); ok && !errors.Is(err, transport.ErrClosedByPeer) {
 		return v.RankOf(p), p, true
 	}
 	return -1, "", false

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -124,6 +125,7 @@ func New(cfg Config) (*Transport, error) {
 		Logger:  log,
 		OnDrop:  t.onDrop,
 		Orderly: orderly,
+		ByPeer:  byPeer,
 	})
 	if err != nil {
 		t.cancel()
@@ -135,6 +137,16 @@ func New(cfg Config) (*Transport, error) {
 	t.wg.Go(t.acceptLoop)
 	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Msg("listening")
 	return t, nil
+}
+
+// byPeer reports whether the peer sent err: it ended its stream (FIN),
+// reset or stopped one, or closed the connection with an application
+// error. A crashed process sends none of these: its peers see a stateless
+// reset or an idle timeout.
+func byPeer(err error) bool {
+	var ae *quicgo.ApplicationError
+	var se *quicgo.StreamError
+	return errors.Is(err, io.EOF) || errors.As(err, &ae) && ae.Remote || errors.As(err, &se) && se.Remote
 }
 
 // orderly reports whether err is a peer's orderly close of a connection

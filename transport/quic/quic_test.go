@@ -237,6 +237,9 @@ func TestPeerClosesMidMessage(t *testing.T) {
 	if peer, ok := transport.PeerOf(err); !ok || peer != "m" || !errors.Is(err, transport.ErrPeerGone) {
 		t.Fatalf("Recv: got %v, want a PeerError for m", err)
 	}
+	if !errors.Is(err, transport.ErrClosedByPeer) {
+		t.Errorf("Recv: %v does not say that the peer, alive, closed the connection", err)
+	}
 	if took > 2*time.Second {
 		t.Errorf("Recv took %v to notice the closed connection", took)
 	}
@@ -264,6 +267,9 @@ func TestPeerVanishes(t *testing.T) {
 	if peer, ok := transport.PeerOf(err); !ok || peer != "v" {
 		t.Fatalf("Recv: got %v, want a PeerError for v", err)
 	}
+	if errors.Is(err, transport.ErrClosedByPeer) {
+		t.Errorf("Recv: %v says a vanished peer closed the connection itself", err)
+	}
 	if took > idle+3*time.Second {
 		t.Errorf("Recv took %v to notice a vanished peer with a %v idle timeout", took, idle)
 	}
@@ -287,10 +293,14 @@ func TestDropClosesConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.T.(transport.Dropper).Drop(a.ID, errors.New("test drop"))
+	var sendErr error
 	eventually(t, 5*time.Second, "sends to the dropping peer still succeed", func() bool {
-		err := a.T.Send(ctx, b.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, []byte("x"))
-		return errors.Is(err, transport.ErrPeerGone)
+		sendErr = a.T.Send(ctx, b.ID, transport.ChanData, wire.Header{Kind: wire.KindData}, []byte("x"))
+		return errors.Is(sendErr, transport.ErrPeerGone)
 	})
+	if !errors.Is(sendErr, transport.ErrClosedByPeer) {
+		t.Errorf("Send: %v does not say that the peer, alive, dropped this one", sendErr)
+	}
 	bt := b.T.(*Transport)
 	eventually(t, 5*time.Second, "the dropped peer's connections are still open", func() bool {
 		bt.mu.Lock()

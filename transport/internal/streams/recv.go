@@ -331,7 +331,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			err = ctx.Err()
 		case consumed == 0 && errors.Is(err, io.EOF):
 			perr = &transport.PeerError{Peer: sl.peer, Op: "recv",
-				Err: fmt.Errorf("peer closed its %v stream: %w", sl.ch, io.EOF)}
+				Err: t.byPeer(fmt.Errorf("peer closed its %v stream: %w", sl.ch, io.EOF))}
 			closers = g.killLocked(perr, nil)
 			// A newer generation follows, or the peer is reopening.
 			retry = (len(sl.gens) > 1 && sl.gens[0] == g) || sl.reopened(g)
@@ -345,7 +345,7 @@ func (sl *inSlot) recv(ctx context.Context, buf []byte) (wire.Header, int, error
 			t.Drop(sl.peer, err)
 			return h, 0, &transport.PeerError{Peer: sl.peer, Op: "recv", Err: err}
 		default:
-			perr = &transport.PeerError{Peer: sl.peer, Op: "recv", Err: err}
+			perr = &transport.PeerError{Peer: sl.peer, Op: "recv", Err: t.byPeer(err)}
 			closers = g.killLocked(perr, nil)
 			t.log.Debug().Str("peer", string(sl.peer)).Stringer("channel", sl.ch).Err(err).Msg("stream failed")
 			err = perr

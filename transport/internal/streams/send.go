@@ -270,7 +270,7 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 		// again meanwhile, over and over.
 		t.abandonLink(oc.op, err)
 	}
-	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: err}
+	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: t.byPeer(err)}
 }
 
 // write writes the parts of a message over used stripes, whose streams

@@ -99,6 +99,17 @@ type Config struct {
 	// at debug level rather than as a warning: at the end of every job
 	// each worker sees all the others close.
 	Orderly func(error) bool
+	// ByPeer, if set, reports whether a link error is one the peer sent
+	// (transport.ErrClosedByPeer): the errors it names are marked so.
+	ByPeer func(error) bool
+}
+
+// byPeer marks err as the peer's doing if Config.ByPeer says it is.
+func (t *Transport) byPeer(err error) error {
+	if t.cfg.ByPeer != nil && err != nil && t.cfg.ByPeer(err) {
+		return transport.ClosedByPeer(err)
+	}
+	return err
 }
 
 // Transport implements transport.Transport and transport.Dropper over the
