@@ -28,7 +28,7 @@ var (
 	// pure packages, and the pure files of ring: no goroutines, no I/O,
 	// no clock. They import only each other, leaves and the standard
 	// library's pure packages.
-	purePackages = []string{module + "/internal/vote", module + "/internal/recovery", module + "/balance",
+	purePackages = []string{module + "/internal/vote", module + "/internal/recovery", module + "/internal/merge", module + "/balance",
 		module + "/internal/state", module + "/internal/sampler"}
 	// leaves are imported by pure packages, and are held to the same rules.
 	leaves   = []string{module + "/transport", module + "/internal/wire", module + "/internal/errs"}
