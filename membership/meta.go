@@ -56,14 +56,20 @@ type Meta struct {
 	// assembling. A view still assembling yields to a started one of the
 	// same job (one job per key and name).
 	Started bool
+	// Lead names the node's view in the merge of started views of one
+	// job (internal/merge), and Commit is the committed iteration that
+	// view last published. Empty and 0 outside a started view.
+	Lead   string
+	Commit int64
 }
 
 // Flags of the encoding's last byte.
 const metaStarted = 1
 
 // MarshalBinary encodes m: the version, then fixed fields, then the
-// strings, each with a one-byte length, then a byte of flags (Started).
-// The flags came later: an encoding without them reads as no flags.
+// strings, each with a one-byte length, then a byte of flags (Started),
+// then Commit and Lead. The fields after the strings came later: an
+// encoding that ends before one reads it as zero.
 func (m Meta) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, metaVersion, byte(m.Role))
@@ -82,6 +88,14 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 		flags |= metaStarted
 	}
 	b = append(b, flags)
+	if m.Lead != "" || m.Commit != 0 {
+		if len(m.Lead) > 255 {
+			return nil, fmt.Errorf("%w: a lead of %d bytes, at most 255", ErrMeta, len(m.Lead))
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(m.Commit))
+		b = append(b, byte(len(m.Lead)))
+		b = append(b, m.Lead...)
+	}
 	if len(b) > MaxMeta {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMeta, len(b), MaxMeta)
 	}
@@ -112,6 +126,13 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 	if len(rest) > 0 {
 		out.Started = rest[0]&metaStarted != 0
 		rest = rest[1:]
+	}
+	if len(rest) > 0 {
+		if len(rest) < 9 || len(rest) < 9+int(rest[8]) {
+			return fmt.Errorf("%w: truncated", ErrMeta)
+		}
+		out.Commit = int64(binary.LittleEndian.Uint64(rest))
+		out.Lead, rest = string(rest[9:9+int(rest[8])]), rest[9+int(rest[8]):]
 	}
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: %d bytes after the last field", ErrMeta, len(rest))

@@ -7,7 +7,8 @@ import (
 )
 
 func TestMetaRoundTrip(t *testing.T) {
-	m := Meta{DataAddr: "127.0.0.1:7947", Job: "train", Protocol: 1, Role: RoleWorker, Epoch: 9, Rank: -1, Device: "cpu:2", Started: true}
+	m := Meta{DataAddr: "127.0.0.1:7947", Job: "train", Protocol: 1, Role: RoleWorker, Epoch: 9, Rank: -1, Device: "cpu:2", Started: true,
+		Lead: "127.0.0.1:7001", Commit: 12345}
 	b, err := m.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -16,19 +17,28 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err := got.UnmarshalBinary(b); err != nil || got != m {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
 	}
-	// The encoding before the flags byte still reads, as not started.
-	old := m
-	old.Started = false
-	if err := got.UnmarshalBinary(b[:len(b)-1]); err != nil || got != old {
-		t.Fatalf("without the flags: %+v, %v; want %+v", got, err, old)
+	// Earlier encodings still read: without the lead and commit, and
+	// without the flags byte too, as not started.
+	withFlags := len(b) - 9 - len(m.Lead)
+	older := m
+	older.Lead, older.Commit = "", 0
+	if err := got.UnmarshalBinary(b[:withFlags]); err != nil || got != older {
+		t.Fatalf("without the lead: %+v, %v; want %+v", got, err, older)
 	}
-	for n := range len(b) - 1 {
+	older.Started = false
+	if err := got.UnmarshalBinary(b[:withFlags-1]); err != nil || got != older {
+		t.Fatalf("without the flags: %+v, %v; want %+v", got, err, older)
+	}
+	for n := range len(b) {
+		if n == withFlags || n == withFlags-1 {
+			continue
+		}
 		if err := got.UnmarshalBinary(b[:n]); !errors.Is(err, ErrMeta) {
 			t.Fatalf("%d of %d bytes decoded: %v", n, len(b), err)
 		}
 	}
 	if err := got.UnmarshalBinary(append(b, 0)); !errors.Is(err, ErrMeta) {
-		t.Fatalf("a byte after the flags decoded: %v", err)
+		t.Fatalf("a byte after the lead decoded: %v", err)
 	}
 	b[0] = 2
 	if err := got.UnmarshalBinary(b); !errors.Is(err, ErrMeta) || !strings.Contains(err.Error(), "version 2") {

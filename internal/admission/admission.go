@@ -241,8 +241,12 @@ type Gossip interface {
 type Worker struct {
 	vote.Member
 	Epoch uint64
-	// Started says its job has run iteration 0 (membership.Meta).
+	// Started says its job has run iteration 0 (membership.Meta); Lead
+	// and Commit are what its view publishes for the merge of started
+	// views.
 	Started bool
+	Lead    string
+	Commit  int64
 }
 
 // Admissions is a member's side of the handshake: it watches gossip for
@@ -357,6 +361,27 @@ func (a *Admissions) Ready() []vote.Member {
 		}
 	}
 	slices.SortFunc(out, vote.CompareMembers)
+	return out
+}
+
+// Joiners returns the pending joiners this member has a handshake with,
+// or had one with that may still be ending.
+func (a *Admissions) Joiners() []transport.PeerID {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]transport.PeerID, 0, len(a.links)+len(a.ending))
+	for id := range a.links {
+		out = append(out, id)
+	}
+	for id := range a.ending {
+		if a.links[id] == nil {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -13,12 +13,14 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/admission"
+	"github.com/gyre-ml/gyre/internal/merge"
 	"github.com/gyre-ml/gyre/internal/vote"
 	"github.com/gyre-ml/gyre/kernels"
 	"github.com/gyre-ml/gyre/membership"
@@ -83,11 +85,22 @@ type Gossip struct {
 	departed map[transport.PeerID]string
 	// started says this worker's job has run iteration 0 (SetStarted).
 	started atomic.Bool
+	// pub is what Publish and PublishCommit last set.
+	pubMu sync.Mutex
+	pub   published
+}
+
+// published is the part of this worker's metadata its view sets.
+type published struct {
+	epoch  uint64
+	rank   int
+	lead   string
+	commit int64
 }
 
 // Start starts the worker's gossip node, listed as pending (epoch 0).
 func Start(cfg Config) (*Gossip, error) {
-	g := &Gossip{cfg: cfg, log: cfg.Logger, departed: map[transport.PeerID]string{}}
+	g := &Gossip{cfg: cfg, log: cfg.Logger, departed: map[transport.PeerID]string{}, pub: published{rank: -1}}
 	var err error
 	g.node, err = membership.Start(membership.Config{Name: cfg.Name, Listen: cfg.Listen, Advertise: cfg.Advertise,
 		Key: cfg.Key, Meta: g.nodeMeta(0, -1), Local: cfg.Local, ProbeInterval: cfg.ProbeInterval,
@@ -120,6 +133,16 @@ func (g *Gossip) nodeMeta(epoch uint64, rank int) membership.Meta {
 		Role: membership.RoleWorker, Epoch: epoch, Rank: int32(rank), Device: kernels.Probe().String(), Started: g.started.Load()}
 }
 
+// metaOf is p as this worker's metadata: a pending worker (epoch 0)
+// names no view in the merge.
+func (g *Gossip) metaOf(p published) membership.Meta {
+	m := g.nodeMeta(p.epoch, p.rank)
+	if p.epoch > 0 {
+		m.Lead, m.Commit = p.lead, p.commit
+	}
+	return m
+}
+
 // SetStarted marks the job as past iteration 0 in this worker's
 // metadata, from its next Publish on.
 func (g *Gossip) SetStarted() {
@@ -149,7 +172,56 @@ func (g *Gossip) Publish(epoch uint64, rank int) {
 	if g == nil {
 		return
 	}
-	g.meta.publish(g.nodeMeta(epoch, rank))
+	g.pubMu.Lock()
+	defer g.pubMu.Unlock()
+	g.pub.epoch, g.pub.rank = epoch, rank
+	g.meta.publish(g.metaOf(g.pub))
+}
+
+// PublishCommit gossips, in the background, this worker's view's lead
+// and the committed iteration it publishes for the merge of started views
+// (internal/merge), with the epoch and rank Publish last set. A nil
+// Gossip does nothing.
+func (g *Gossip) PublishCommit(lead string, commit int64) {
+	if g == nil {
+		return
+	}
+	g.pubMu.Lock()
+	defer g.pubMu.Unlock()
+	g.pub.lead, g.pub.commit = lead, commit
+	g.meta.publish(g.metaOf(g.pub))
+}
+
+// StartedViews returns the started views of this job that gossip lists
+// outside this worker's view (isMember reports its members), by lead,
+// each with the highest committed iteration its members publish. A
+// worker that names no lead is left out.
+func (g *Gossip) StartedViews(isMember func(transport.PeerID) bool) []merge.Sight {
+	if g == nil {
+		return nil
+	}
+	return sights(g.Workers(), transport.PeerID(g.cfg.Name), isMember)
+}
+
+// sights groups the started workers of ws outside this worker's view (self,
+// and the members isMember reports) by the lead their view publishes,
+// with the highest committed iteration any of them publishes.
+func sights(ws []admission.Worker, self transport.PeerID, isMember func(transport.PeerID) bool) []merge.Sight {
+	byLead := map[string]int64{}
+	for _, w := range ws {
+		if !w.Started || w.Epoch == 0 || w.Lead == "" || w.ID == self || isMember(w.ID) {
+			continue
+		}
+		if c, ok := byLead[w.Lead]; !ok || w.Commit > c {
+			byLead[w.Lead] = w.Commit
+		}
+	}
+	out := make([]merge.Sight, 0, len(byLead))
+	for lead, commit := range byLead {
+		out = append(out, merge.Sight{Lead: lead, Commit: commit})
+	}
+	slices.SortFunc(out, func(a, b merge.Sight) int { return strings.Compare(a.Lead, b.Lead) })
+	return out
 }
 
 // JoinSeeds joins gossip through the seeds, retrying while they start,
@@ -252,7 +324,7 @@ func (g *Gossip) Workers() []admission.Worker {
 			continue
 		}
 		out = append(out, admission.Worker{Member: vote.Member{ID: transport.PeerID(m.Name), Addr: m.Meta.DataAddr},
-			Epoch: m.Meta.Epoch, Started: m.Meta.Started})
+			Epoch: m.Meta.Epoch, Started: m.Meta.Started, Lead: m.Meta.Lead, Commit: m.Meta.Commit})
 	}
 	return out
 }

@@ -32,6 +32,9 @@ type Welcome struct {
 	Old []int
 	// Prestart says admission rounds go on before iteration 0.
 	Prestart bool
+	// Lead is the view's lead in the merge of started views
+	// (internal/merge): the joiner's view takes it.
+	Lead string `json:",omitempty"`
 }
 
 // welcomeFlag marks a welcome in the header's Flags, apart from the ring's

@@ -14,7 +14,7 @@ const (
 
 // Version is the record's layout version. It grows when fields are added,
 // which also changes Len.
-const Version = 7
+const Version = 8
 
 // Sizes of the record's fixed arrays.
 const (
@@ -23,7 +23,7 @@ const (
 )
 
 // Len is the encoded record's length in int64 words.
-const Len = 24 + JoinerSlots + spareWords
+const Len = 26 + JoinerSlots + spareWords
 
 // Record is one worker's row of a vote. Every worker sends the same
 // fixed-size encoding, as the ring allgather needs equal contributions.
@@ -72,6 +72,11 @@ type Record struct {
 	// CkptFailed says a checkpoint of this worker's could not be written
 	// and it runs with CheckpointRequired (KindBoundary): the job ends.
 	CkptFailed bool
+	// MergeTo is the LeadHash of the started view of the job this worker
+	// judges its view must yield to (merge.Judge; 0: stay), and
+	// MergeCommit that view's committed iteration as it sees it.
+	MergeTo     uint64
+	MergeCommit int64
 }
 
 // Encode returns r's fixed-size row.
@@ -83,7 +88,8 @@ func (r *Record) Encode() []int64 {
 	for _, j := range r.Joiners {
 		row = append(row, int64(j))
 	}
-	row = append(row, r.Headroom, boolInt(r.Model.Flat), int64(r.Epoch), int64(r.DirEpoch), boolInt(r.CkptFailed), r.Model.NoisePpm)
+	row = append(row, r.Headroom, boolInt(r.Model.Flat), int64(r.Epoch), int64(r.DirEpoch), boolInt(r.CkptFailed), r.Model.NoisePpm,
+		int64(r.MergeTo), r.MergeCommit)
 	return row[:Len]
 }
 
@@ -102,6 +108,7 @@ func Decode(row []int64) (Record, int64) {
 	r.Epoch, r.DirEpoch = uint64(row[20+JoinerSlots]), uint64(row[21+JoinerSlots])
 	r.CkptFailed = row[22+JoinerSlots] != 0
 	r.Model.NoisePpm = row[23+JoinerSlots]
+	r.MergeTo, r.MergeCommit = uint64(row[24+JoinerSlots]), row[25+JoinerSlots]
 	return r, row[0] >> 8
 }
 

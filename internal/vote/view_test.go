@@ -246,7 +246,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	r := Record{Kind: KindBoundary, Iter: 9, Share: 3, Compute: 4, Decision: 5, Status: StatusTimeout, Digest: 6,
 		HashNs: 7, Layout: 8, Wall: 10, Leave: true, MinWorkers: 2, MaxWorkers: 30,
 		Model: balance.Model{FixedNs: 11, RateMicro: 12, Flat: true, NoisePpm: 15}, SpeedChanged: true, MinShare: 1, MaxShare: 13, Headroom: 14 << 30,
-		Epoch: 16, DirEpoch: 17, CkptFailed: true}
+		Epoch: 16, DirEpoch: 17, CkptFailed: true, MergeTo: 1 << 63, MergeCommit: 18}
 	r.Joiners[7] = 99
 	row := r.Encode()
 	if len(row) != Len {
