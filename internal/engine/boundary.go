@@ -73,6 +73,9 @@ func (e *Engine) boundary(ctx context.Context) (Change, error) {
 	if err := e.settle(ctx, v, e.judge(recs, rec)); err != nil {
 		return e.afterFailure(ctx, v, recs, err)
 	}
+	if mv := e.mergeVerdict(recs); mv.Yield {
+		return e.yieldView(ctx, mv)
+	}
 	e.bal.Keep(v.IDs, recs)
 	e.it.computes = e.it.computes[:0]
 	for _, r := range recs {
@@ -127,6 +130,7 @@ func (e *Engine) record() (vote.Record, map[uint64]vote.Member, error) {
 		}
 	}
 	known := e.membershipRecord(&rec)
+	e.judgeMerge(&rec)
 	e.bal.Record(&rec, e.it.failed != nil, e.it.compute)
 	rec.CkptFailed = e.ckpt.taker.RequiredFailed()
 	return rec, known, nil

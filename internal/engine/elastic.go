@@ -359,7 +359,7 @@ func (e *Engine) changeView(ctx context.Context, d vote.ViewDecision, iter int64
 	// touches their links.
 	e.adm.SetView(d.Members)
 	wel := gossip.Welcome{Version: gossip.WelcomeVersion, Epoch: epoch, Iter: iter, Members: d.Members, Shares: shares,
-		Old: oldRanks, Prestart: prestart}
+		Old: oldRanks, Prestart: prestart, Lead: lineageLead(e.merge.own.Lead, d.Members)}
 	// Every joiner answered every member moments ago, so these connects
 	// take milliseconds; ConnectTimeout keeps one that has become
 	// unreachable since from holding up the job.
@@ -465,6 +465,9 @@ func (e *Engine) enterView(ctx context.Context, wel gossip.Welcome, start time.T
 		if !slices.Contains(wel.Old, r) {
 			admitted = append(admitted, m)
 		}
+	}
+	if wel.Lead != "" {
+		e.merge.own.Lead = wel.Lead // the view's line, not this worker's old one
 	}
 	err := e.installView(ctx, newView{epoch: wel.Epoch, members: wel.Members, shares: wel.Shares,
 		joiners: vote.ViewJoiners(wel.Iter, admitted), iter: wel.Iter,

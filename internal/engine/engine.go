@@ -119,6 +119,8 @@ type Engine struct {
 	shared atomic.Pointer[view.View]
 
 	it iteration
+	// merge is this worker's view in the merge of started views.
+	merge mergeState
 
 	// Membership: gossip is nil in the static view, and rec, which
 	// recovers from a lost member, too.

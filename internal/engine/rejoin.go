@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gyre-ml/gyre/internal/recovery"
@@ -39,18 +40,33 @@ func leftOutBecause(stalled, peerTimeout time.Duration) string {
 }
 
 // rejoin brings back a worker the others recovered without, as a new
-// member: in is the Install of the view that left it out. It forgets
-// every old link, goes back to pending in gossip, and waits up to
-// JoinTimeout to be admitted at a boundary, as a joiner. Its own commits
-// are dropped: it takes the job's state, as any joiner does.
+// member: in is the Install of the view that left it out. Its own commits
+// are dropped: it takes the job's state, as any joiner does (joinAnew).
 func (e *Engine) rejoin(ctx context.Context, in recovery.Install, cause error) (Change, error) {
 	start := time.Now()
-	rc := e.rec
 	e.log.Warn().Uint64("epoch", in.View.Epoch).Int("world", len(in.View.Members)).
 		Msg("the job recovered without this worker " + leftOutBecause(e.selfStall().Unresponsive, e.cfg.PeerTimeout) + "; rejoining as a new member")
+	// Gossip may have declared the members dead while this worker was
+	// cut off, and they it; memberlist never looks again by itself.
+	ch, err := e.joinAnew(ctx, start, true)
+	if err != nil {
+		return Change{}, fmt.Errorf("gyre: rejoining the job after it recovered without this worker: %w (it was left out after: %w)", err, cause)
+	}
+	return ch, nil
+}
+
+// joinAnew makes this worker, out of its view, a new member of the job:
+// it forgets every old link, goes back to pending in gossip (joining
+// gossip again through its old view's members with regossip), and waits
+// up to JoinTimeout to be admitted at a boundary, as a joiner.
+func (e *Engine) joinAnew(ctx context.Context, start time.Time, regossip bool) (Change, error) {
+	rc := e.rec
 	old := rc.Known()
 	rc.ClearInbox()
-	e.backToPending(old)
+	// The joiners this worker was admitting, as a member, may be members
+	// now of the view it joins: what it sent them as a member must not be
+	// read as its requests as a joiner.
+	e.backToPending(append(slices.Clone(old), e.adm.Joiners()...))
 	// The member side of admission restarts with the new view.
 	e.adm.Close()
 	e.adm = nil
@@ -62,16 +78,14 @@ func (e *Engine) rejoin(ctx context.Context, in recovery.Install, cause error) (
 	jctx, cancel := context.WithTimeoutCause(ctx, e.cfg.JoinTimeout,
 		fmt.Errorf("%w (%v, --join-timeout): %w", errJoinTimedOut, e.cfg.JoinTimeout, context.DeadlineExceeded))
 	defer cancel()
-	fail := func(err error) (Change, error) {
-		return Change{}, fmt.Errorf("gyre: rejoining the job after it recovered without this worker: %w (it was left out after: %w)", err, cause)
+	stopGossip := func() {}
+	if regossip {
+		stopGossip = e.gossip.Regossip(jctx, old)
 	}
-	// Gossip may have declared the members dead while this worker was
-	// cut off, and they it; memberlist never looks again by itself.
-	stopGossip := e.gossip.Regossip(jctx, old)
 	_, err := e.admitted(jctx, start, false)
 	stopGossip()
 	if err != nil {
-		return fail(err)
+		return Change{}, err
 	}
 	e.startAdmissions()
 	v := e.cur

@@ -93,6 +93,7 @@ func (e *Engine) installView(ctx context.Context, nv newView) error {
 	// it has just received it.
 	e.it.nextCheck, e.it.lastVote = e.it.iter, time.Now()
 	e.gossip.Publish(nv.epoch, rank)
+	e.startPublishing(e.it.iter)
 	return nil
 }
 

@@ -121,7 +121,7 @@ func (e Event) String() string {
 		return fmt.Sprintf("resumed from checkpoint %s (epoch %d, iteration %d), held by rank %d (%s); %d workers",
 			e.From.File, e.From.Epoch, e.From.Iter, e.From.Rank, e.From.ID, e.World)
 	case Rejoined:
-		return fmt.Sprintf("rank %d/%d rejoined as a new member after the job went on without it: epoch %d, going on from iteration %d",
+		return fmt.Sprintf("rank %d/%d rejoined as a new member (the job went on without it, or its view yielded to another view of the job): epoch %d, going on from iteration %d",
 			e.Rank, e.World, e.Epoch, e.Iter)
 	case Recovered:
 		s := "recovered"
