@@ -83,6 +83,9 @@ func (e *Engine) joinGossip(ctx context.Context) error {
 			}
 		}
 		if starting {
+			if epoch == 1 {
+				e.merge.own.Lead = "" // a new line: this worker names it
+			}
 			err := e.installView(ctx, newView{epoch: epoch, members: []vote.Member{self}, shares: sampler.EqualShares(cfg.GlobalBatch, 1),
 				iter: e.it.iter, what: "the new job's view", sync: syncAlone})
 			if err != nil {
