@@ -497,6 +497,13 @@ func testFailpointsProcs(t *testing.T, tr string) {
 			if len(digests) != 1 {
 				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
 			}
+			if tc.joiner != "" && tc.joiner != "-" {
+				// The joiner died in its admission, before it ever voted:
+				// rank 0's console still names it.
+				if j := p.Peers[tc.n]; !strings.Contains(p.Stdout(0), j) {
+					t.Errorf("rank 0's console never names the joiner %s, which died as it was admitted:\n%s", j, p.Stdout(0))
+				}
+			}
 			checkPositions(t, p, tc.dead, iters)
 			matchSingleWorker(t, dir, args, survivors...)
 		})
