@@ -57,13 +57,16 @@ type PeerLostError struct {
 	Err  error
 }
 
+// Error says what the collective saw of the member, never that it died:
+// a link that fails may be a live member's closing (TCP cannot tell), and
+// which member is lost is the caller's to judge from heartbeats.
 func (e *PeerLostError) Error() string {
 	if errors.Is(e.Err, transport.ErrClosedByPeer) {
 		// Alive when it closed: it left the collective, often to recover
 		// from another member's loss.
 		return fmt.Sprintf("ring: rank %d (%s) closed its side of the collective: %v", e.Rank, e.Peer, e.Err)
 	}
-	return fmt.Sprintf("ring: lost rank %d (%s): %v", e.Rank, e.Peer, e.Err)
+	return fmt.Sprintf("ring: the link to rank %d (%s) failed: %v", e.Rank, e.Peer, e.Err)
 }
 
 // Is matches ErrPeerLost.

@@ -9,8 +9,9 @@ import (
 )
 
 // TestPeerLostErrorNamesNoLiveRank: a collective ended by a peer that
-// closed its side itself (alive, as one leaving to recover) does not call
-// that peer lost; one ended by a broken link does. Both match
+// closed its side itself (alive, as one leaving to recover) says so; one
+// ended by a broken link says the link failed. Neither calls the peer
+// lost (a live peer's close looks like a crash over TCP). Both match
 // ErrPeerLost, so that the caller recovers either way.
 func TestPeerLostErrorNamesNoLiveRank(t *testing.T) {
 	closed := &PeerLostError{Rank: 3, Peer: "d", Err: &transport.PeerError{Peer: "d", Op: "recv",
@@ -20,7 +21,7 @@ func TestPeerLostErrorNamesNoLiveRank(t *testing.T) {
 	if msg := closed.Error(); strings.Contains(msg, "lost rank") || !strings.Contains(msg, "rank 3 (d) closed its side") {
 		t.Errorf("a live peer's close reads %q", msg)
 	}
-	if msg := broken.Error(); !strings.Contains(msg, "lost rank 3 (d)") {
+	if msg := broken.Error(); strings.Contains(msg, "lost rank") || !strings.Contains(msg, "the link to rank 3 (d) failed") {
 		t.Errorf("a broken link reads %q", msg)
 	}
 	for _, err := range []error{closed, broken} {

@@ -13,8 +13,8 @@ import (
 // any has been silent past peerTimeout; else, after blameGrace, the
 // member whose heartbeat connection broke first; else the peer err
 // names, unless that peer closed the link itself
-// (transport.ErrClosedByPeer: it was alive, and left the collective).
-// Then nobody is blamed. Liveness comes first
+// (transport.ErrClosedByPeer) or its heartbeats say it left v: it was
+// alive, and left the collective. Then nobody is blamed. Liveness comes first
 // because a crash is often seen through its consequences: a survivor that
 // learned of it first and gave up closes its connections at once, so the
 // peer err names may be that survivor, while the crashed member's silence
@@ -43,10 +43,17 @@ func (v *View) Blame(live *liveness.Monitor, peerTimeout time.Duration, err erro
 	if best >= 0 {
 		return best, v.IDs[best], true
 	}
-	if p, ok := transport.PeerOf(err); ok && !errors.Is(err, transport.ErrClosedByPeer) {
+	if p, ok := transport.PeerOf(err); ok && !errors.Is(err, transport.ErrClosedByPeer) && !v.left(live, p) {
 		return v.RankOf(p), p, true
 	}
 	return -1, "", false
+}
+
+// left reports whether p's heartbeats say it saw v fail and left it
+// (liveness.Progress.Left): alive, whatever its links did.
+func (v *View) left(live *liveness.Monitor, p transport.PeerID) bool {
+	pr, _, ok := live.Progress(p)
+	return ok && pr.Left >= v.Epoch
 }
 
 // blameGrace is how long Blame waits for the heartbeat connections to
