@@ -14,6 +14,14 @@ import (
 	"github.com/gyre-ml/gyre/transport"
 )
 
+// notConnectedRetry is how soon a heartbeat to a peer not connected yet
+// is tried again.
+const notConnectedRetry = 20 * time.Millisecond
+
+// staleFailure bounds a receive that fails "at once" (peer.brokeAt): one
+// that waited longer was reading a live stream when it broke.
+const staleFailure = 20 * time.Millisecond
+
 // DefaultInterval is Config.Interval's default: a quarter of the default
 // peer timeout of 2 s.
 const DefaultInterval = 500 * time.Millisecond
@@ -104,11 +112,11 @@ type peer struct {
 	bye   atomic.Bool  // a farewell arrived
 	gone  atomic.Bool  // receiving from it failed (closed, reset or dropped) since it was last heard
 	// brokeAt is when receiving from it first failed since it was last
-	// heard from (unix nanoseconds; 0: it has not). Only a peer heard
-	// since it was watched can break: before that, a failed receive may
-	// be the end of streams a former incarnation of the peer left here
-	// (a member left out and admitted again closes its old links as it
-	// rejoins), and the peer counts as not connected yet.
+	// heard from (unix nanoseconds; 0: it has not). A receive that fails
+	// at once, from a peer not heard since it was watched, is no break:
+	// it found streams that had ended before it began, which a former
+	// incarnation of the peer may have left here (a member left out and
+	// admitted again closes its old links as it rejoins).
 	brokeAt atomic.Int64
 	linked  atomic.Bool // heard since it was watched
 	// progress is what its latest heartbeat carried, and when; nil
@@ -307,8 +315,9 @@ func (m *Monitor) Progress(id transport.PeerID) (Progress, time.Time, bool) {
 
 // Broken reports when the heartbeat connection from peer broke (closed,
 // reset or dropped) without a farewell, if it has since the peer was last
-// heard from. A peer not heard since it was watched has no connection to
-// break yet: only its silence (LastHeard) tells it is gone. Of several members whose connections broke within moments,
+// heard from. For a peer not heard since it was watched, a receive that
+// fails at once is no break (the end of an earlier incarnation's
+// streams): only its silence (LastHeard) tells it is gone. Of several members whose connections broke within moments,
 // the first is usually the one that crashed: the others are survivors
 // that gave up on it and closed.
 func (m *Monitor) Broken(id transport.PeerID) (time.Time, bool) {
@@ -416,8 +425,15 @@ func (m *Monitor) send(ctx context.Context, id transport.PeerID) {
 		if err != nil && ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not sent")
 		}
+		next := tick.C
+		if errors.Is(err, transport.ErrNotConnected) {
+			// Watched before its link is up, as a view's members are:
+			// the first heartbeat goes as soon as it is, so that the
+			// peer's connection can show a crash from the start.
+			next = time.After(min(m.interval, notConnectedRetry))
+		}
 		select {
-		case <-tick.C:
+		case <-next:
 		case <-ctx.Done():
 			return
 		}
@@ -431,6 +447,7 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 	defer m.wg.Done()
 	var buf [progressLen]byte
 	for {
+		began := time.Now()
 		h, n, err := m.t.Recv(ctx, id, transport.ChanLiveness, buf[:])
 		if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 			return
@@ -450,7 +467,7 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 			continue
 		}
 		p.gone.Store(true)
-		if p.linked.Load() {
+		if p.linked.Load() || time.Since(began) >= staleFailure {
 			p.brokeAt.CompareAndSwap(0, time.Now().UnixNano())
 		}
 		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")

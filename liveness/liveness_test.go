@@ -289,6 +289,47 @@ func TestBrokenBeforeHeard(t *testing.T) {
 	}
 }
 
+// TestFirstHeartbeatOnConnect: a peer watched before its link is up gets
+// its first heartbeat as soon as the link is, not an interval later, so
+// that a crash early in a job shows as a broken connection.
+func TestFirstHeartbeatOnConnect(t *testing.T) {
+	const slow = 5 * time.Second // the interval: far longer than the test waits
+	net := mem.NewNetwork(1)
+	trs := map[transport.PeerID]*mem.Transport{}
+	for _, id := range []transport.PeerID{"a", "b"} {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[id] = tr
+	}
+	mons := map[transport.PeerID]*liveness.Monitor{}
+	for _, id := range []transport.PeerID{"a", "b"} {
+		m, err := liveness.New(liveness.Config{Transport: trs[id], Interval: slow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		mons[id] = m
+	}
+	mons["a"].Watch([]transport.PeerID{"b"})
+	mons["b"].Watch([]transport.PeerID{"a"}) // b is not connected to a yet: its first send fails
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	connected := time.Now()
+	if err := trs["b"].Connect(ctx, "a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	for !mons["a"].LastHeard("b").After(connected) {
+		if time.Since(connected) > time.Second {
+			t.Fatalf("no heartbeat from b within 1 s of its link coming up (interval %v)", slow)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestProgress checks that heartbeats carry each worker's progress, and
 // that a worker reporting none is known to have sent none.
 func TestProgress(t *testing.T) {
