@@ -264,7 +264,7 @@ func TestJoinerTakesTheOptimizer(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	commits := map[int64]map[string][]byte{} // rank 0's, by the next iteration
-	starters := slices.Clone(c.Workers) // Wait writes the joiner into c.Workers
+	starters := slices.Clone(c.Workers)      // Wait writes the joiner into c.Workers
 	joiner := c.AddJoiner(t)
 	joined := make(chan error, 1)
 	go func() {
