@@ -22,6 +22,8 @@
 #                   report how long rank 0 took to exit after it
 #   RECAP=I:P:SECONDS  set host I's CPU cap to P% SECONDS after the start
 #   LOGLEVEL=L      the workers' log level (default warn)
+#   PROGRAM=PATH    run this trainer (one that embeds Gyre) instead of
+#                   gyre: GYRE_ARGS are then its arguments
 # In GYRE_ARGS, @RANK@ becomes the worker's rank (for --metrics-file).
 #
 # It builds gyre, brings up N hosts, writes a cluster key, starts ranks N-1
@@ -73,9 +75,14 @@ worker() {
   args=""
   for a in "$@"; do args="$args $(printf '%s' "$a" | sed "s/@RANK@/$rank/g")"; done
   # shellcheck disable=SC2086
+  if [ -n "${PROGRAM:-}" ]; then
+    set -- "$PROGRAM"
+  else
+    set -- "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json
+  fi
   "$cluster" run $((rank + 1)) env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
     GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
-    "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json $args
+    "$@" $args
 }
 pids=""
 for r in $(seq $((n - 1)) -1 1); do

@@ -127,8 +127,12 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 		return err
 	}
 	batches := map[int]*mnistmlp.Batch{}
-	var steps, gyreParts []time.Duration
+	var times stepTimes
 	start, samples := time.Now(), 0
+	// The job's throughput is timed from the warm-up's end: the first
+	// iterations compile and settle the shares.
+	const warmup = 5
+	warmIter, warmAt := w.Iter()+warmup, time.Time{}
 	for w.Iter() < f.iters {
 		b := w.Batch()
 		rows := tr.Bucketed(b.Share)
@@ -152,8 +156,9 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 				log.Printf("rank %d iteration %d: %v", w.Rank(), b.Iter, err)
 			}
 		}
-		bounded := time.Now()
+		boundaryStart := time.Now()
 		change, err := w.Boundary(ctx)
+		boundaryTime := time.Since(boundaryStart)
 		if err != nil {
 			return err
 		}
@@ -167,25 +172,32 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 				return err
 			}
 		}
+		commitStart := time.Now()
 		if err := w.Commit(); err != nil {
 			return err
 		}
 		if !change.Redo {
-			p := tr.Last()
-			steps = append(steps, time.Since(stepStart))
-			gyreParts = append(gyreParts, p.CopyOut+p.Reduce+p.CopyIn+p.Mirror+time.Since(bounded))
+			times.add(time.Since(stepStart), tr.Last(), boundaryTime, time.Since(commitStart))
 			samples += b.Share
+		}
+		if w.Iter() == warmIter {
+			warmAt = time.Now()
 		}
 		if stop && !change.Redo {
 			break
 		}
 	}
+	if !warmAt.IsZero() && w.Iter() > warmIter && w.Rank() == 0 {
+		n := w.Iter() - warmIter
+		fmt.Printf("# job throughput %.1f samples/s over iterations %d to %d (global batch %d)\n",
+			float64(n)*float64(globalBatch(cfg))/time.Since(warmAt).Seconds(), warmIter, w.Iter(), globalBatch(cfg))
+	}
 	if err := w.Leave(ctx); err != nil {
 		return err
 	}
 	t := tr.Timings()
-	fmt.Printf("# rank %d: %d compiles in %v; step median %v, what Gyre adds (copies, mirror, reduce and wait, commit, boundary) median %v\n",
-		w.Rank(), t.Compiles, t.Compile.Round(time.Millisecond), median(steps).Round(time.Microsecond), median(gyreParts).Round(time.Microsecond))
+	fmt.Printf("# rank %d: %d compiles in %v\n", w.Rank(), t.Compiles, t.Compile.Round(time.Millisecond))
+	fmt.Printf("# rank %d: %s\n", w.Rank(), times)
 	digest, err := state.Digest()
 	if err != nil {
 		return err
@@ -223,6 +235,29 @@ func globalBatch(cfg gyre.Config) int {
 		return cfg.GlobalBatch
 	}
 	return gyre.DefaultGlobalBatch
+}
+
+// stepTimes are the per-iteration times of the steps not redone: the
+// whole iteration and what Gyre adds to it.
+type stepTimes struct {
+	step, gyre, copyOut, reduce, copyIn, mirror, boundary, commit []time.Duration
+}
+
+func (s *stepTimes) add(step time.Duration, p handoff.Parts, boundary, commit time.Duration) {
+	s.step = append(s.step, step)
+	s.gyre = append(s.gyre, p.CopyOut+p.Reduce+p.CopyIn+p.Mirror+boundary+commit)
+	s.copyOut, s.reduce, s.copyIn = append(s.copyOut, p.CopyOut), append(s.reduce, p.Reduce), append(s.copyIn, p.CopyIn)
+	s.mirror, s.boundary, s.commit = append(s.mirror, p.Mirror), append(s.boundary, boundary), append(s.commit, commit)
+}
+
+// String gives the medians: of the iteration, of what Gyre adds to it
+// (copies, state mirror, reduce and Wait, Boundary, Commit), and of each
+// part.
+func (s stepTimes) String() string {
+	us := func(d []time.Duration) string { return median(d).Round(time.Microsecond).String() }
+	return fmt.Sprintf("medians over %d iterations: iteration %s; Gyre adds %s (%.2f%%): copy out %s, reduce and wait %s, copy in %s, mirror %s, boundary %s, commit %s",
+		len(s.step), us(s.step), us(s.gyre), 100*float64(median(s.gyre))/float64(max(median(s.step), 1)),
+		us(s.copyOut), us(s.reduce), us(s.copyIn), us(s.mirror), us(s.boundary), us(s.commit))
 }
 
 func median(d []time.Duration) time.Duration {
