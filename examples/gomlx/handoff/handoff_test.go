@@ -3,9 +3,12 @@ package handoff_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -395,4 +398,55 @@ func TestCheckpointRestartContinues(t *testing.T) {
 	if step := got["/AdamOptimizer/global_step"]; step[0] != end {
 		t.Fatalf("Adam's step counter is %v after %d iterations", step, end)
 	}
+}
+
+// TestPaddingKeepsTheGradient steps one lone worker on 27 real rows with
+// exact shapes and another with the rows padded to 32: the masked loss is
+// the same mean, so both end with the same variables, to float32
+// rounding.
+func TestPaddingKeepsTheGradient(t *testing.T) {
+	ctx := timeout(t)
+	idx := make([]int64, 27)
+	for i := range idx {
+		idx[i] = int64(i)
+	}
+	after := func(bucket int) map[string][]byte {
+		w := newWorker(t, bucket)
+		gw, err := gyre.Join(ctx, gyre.Config{GlobalBatch: global}, gyre.WithState(w.state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gw.Close()
+		if got, want := w.tr.Bucketed(len(idx)), map[int]int{1: 27, 8: 32}[bucket]; got != want {
+			t.Fatalf("Bucketed(27) with bucket %d = %d, want %d", bucket, got, want)
+		}
+		in := w.batch(t, w.tr.Bucketed(len(idx)), idx)
+		if _, err := w.tr.Step(ctx, gw, len(idx), in.Images, in.Labels); err != nil {
+			t.Fatal(err)
+		}
+		return w.variables(t)
+	}
+	exact, padded := after(1), after(8)
+	for name, e := range exact {
+		if strings.Contains(name, "global_step") || strings.Contains(name, "rng") {
+			if !bytes.Equal(e, padded[name]) {
+				t.Errorf("%s differs", name)
+			}
+			continue
+		}
+		a, b := floats(e), floats(padded[name])
+		for i := range a {
+			if d := math.Abs(float64(a[i] - b[i])); d > 1e-6*math.Max(1, math.Abs(float64(a[i]))) {
+				t.Fatalf("%s[%d]: %g with exact shapes, %g padded", name, i, a[i], b[i])
+			}
+		}
+	}
+}
+
+func floats(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }
