@@ -38,3 +38,40 @@ func NewDefault(seed uint64) *Model {
 
 // NewDefaultSGD returns the default optimizer for m.
 func NewDefaultSGD(m *Model) *SGD { return NewSGD(m.Params(), DefaultLR, DefaultMomentum) }
+
+// Recipe is what a data set trains with unless told otherwise: the hidden
+// layers, their activation, momentum SGD's settings, the global batch, the
+// iteration budget and the test accuracy to stop at.
+type Recipe struct {
+	Hidden    []int
+	Act       Activation
+	LR, Mu    float64
+	Batch     int
+	Iters     int64
+	TargetAcc float64
+}
+
+// Sizes returns the layer sizes of the recipe's model on data with the
+// given input width.
+func (r Recipe) Sizes(inputs int) []int {
+	return append(append([]int{inputs}, r.Hidden...), NumClasses)
+}
+
+// SyntheticRecipe is the recipe of the synthetic Dataset: the Default
+// constants and DefaultSizes.
+func SyntheticRecipe() Recipe {
+	return Recipe{Hidden: DefaultSizes()[1:2], Act: Tanh, LR: DefaultLR, Mu: DefaultMomentum,
+		Batch: DefaultBatch, Iters: DefaultIters, TargetAcc: DefaultTargetAcc}
+}
+
+// MNISTRecipe is the recipe of MNIST (measurements in doc.go): 784→128→10
+// with ReLU, SGD at 0.1 with momentum 0.9 on a global batch of 512,
+// stopping at 97% test accuracy, which it passed at iteration 250 to 350
+// (two to three epochs) for three seeds; the budget of 1000 leaves room.
+// Batch 256 at 0.05 needed fewer samples but half again the iterations,
+// each of which evaluates and synchronises, and a hidden layer of 64
+// stalled just above 97%.
+func MNISTRecipe() Recipe {
+	return Recipe{Hidden: []int{128}, Act: ReLU, LR: 0.1, Mu: DefaultMomentum,
+		Batch: 512, Iters: 1000, TargetAcc: 0.97}
+}
