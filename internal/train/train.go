@@ -27,7 +27,8 @@ type Options struct {
 	// EvalEvery is how often, in iterations, the test accuracy is measured
 	// and Progress called. Default 50.
 	EvalEvery int64
-	// TestSize is the number of test samples. Default mlp.DefaultTestSize.
+	// TestSize is the number of test samples. Default mlp.DefaultTestSize
+	// (all 10,000 of MNIST's).
 	TestSize int
 	// NoOverlap submits the gradients only after the whole backward pass,
 	// for comparison; by default each layer's gradient is submitted as soon
@@ -78,7 +79,7 @@ type Progress struct {
 type Job struct {
 	Model *mlp.Model
 	Opt   *mlp.SGD
-	Data  *mlp.Dataset
+	Data  mlp.Data
 }
 
 // NewJob returns the default job: the default MLP with weights drawn from
@@ -97,6 +98,17 @@ func NewSizedJob(sizes []int, lr float64, modelSeed, dataSeed uint64) (*Job, err
 		return nil, err
 	}
 	return &Job{Model: m, Opt: mlp.NewSGD(m.Params(), lr, mlp.DefaultMomentum), Data: mlp.NewDataset(dataSeed)}, nil
+}
+
+// NewDataJob returns a job that trains on data with recipe r: the model
+// r.Sizes(data.InputWidth()) with r.Act, weights drawn from modelSeed, and
+// momentum SGD at r.LR and r.Mu. r's batch and budgets are the caller's.
+func NewDataJob(data mlp.Data, r mlp.Recipe, modelSeed uint64) (*Job, error) {
+	m, err := mlp.NewWithActivation(r.Sizes(data.InputWidth()), r.Act, modelSeed)
+	if err != nil {
+		return nil, err
+	}
+	return &Job{Model: m, Opt: mlp.NewSGD(m.Params(), r.LR, r.Mu), Data: data}, nil
 }
 
 // State returns the job's state for gyre.WithState: every layer's
@@ -156,7 +168,7 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 	if o.TestSize <= 0 {
 		o.TestSize = mlp.DefaultTestSize
 	}
-	testX, testLabels := j.Data.Batch(mlp.TestIndices(o.TestSize), nil, nil) // generated once
+	testX, testLabels := j.Data.TestSet(o.TestSize) // made once
 	layers := j.Model.Layers()
 	names := make([]string, layers)
 	for l := range names {
