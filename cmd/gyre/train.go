@@ -36,23 +36,76 @@ type trainFlags struct {
 	paramsFile  string
 	lr          float64
 	compute     computeProcs
+	data        string
+	dataDir     string
+	// recipe is --data's recipe with the flags given applied; set by
+	// setRecipe, and what train reads instead of the fields above.
+	recipe mlp.Recipe
+}
+
+// dataSets are the values of --data: the recipe each trains with unless
+// flags say otherwise, and how to get the data.
+var dataSets = map[string]struct {
+	recipe func() mlp.Recipe
+	load   func(fl trainFlags) (mlp.Data, error)
+}{
+	"synthetic": {mlp.SyntheticRecipe, func(fl trainFlags) (mlp.Data, error) { return mlp.NewDataset(fl.dataSeed), nil }},
+	"mnist":     {mlp.MNISTRecipe, func(fl trainFlags) (mlp.Data, error) { return mlp.LoadMNIST(fl.dataDir, fl.dataSeed) }},
+}
+
+// setRecipe checks --data and sets fl.recipe to its recipe, overridden by
+// the flags the user set on fs, and cfg's global batch to the recipe's
+// unless --batch was given.
+func (fl *trainFlags) setRecipe(fs *pflag.FlagSet, cfg *gyre.Config) error {
+	set, ok := dataSets[fl.data]
+	if !ok {
+		return fmt.Errorf("--data %q: want synthetic or mnist", fl.data)
+	}
+	if fl.dataDir != "" && fl.data != "mnist" {
+		return fmt.Errorf("--data-dir is for --data mnist; --data %s needs no files", fl.data)
+	}
+	r := set.recipe()
+	if fs.Changed("hidden") {
+		r.Hidden = []int{fl.hidden}
+	}
+	if fs.Changed("lr") {
+		r.LR = fl.lr
+	}
+	if fs.Changed("iters") {
+		r.Iters = fl.iters
+	}
+	if fs.Changed("target-acc") {
+		r.TargetAcc = fl.targetAcc
+	}
+	if fs.Changed("batch") {
+		r.Batch = cfg.GlobalBatch
+	} else {
+		cfg.GlobalBatch = r.Batch
+	}
+	fl.recipe = r
+	return nil
 }
 
 func newTrainCmd(c *cli) *cobra.Command {
 	var (
-		fl  trainFlags
-		cfg gyre.Config
+		fl    trainFlags
+		cfg   gyre.Config
+		mnist = mlp.MNISTRecipe() // its defaults, for the flags' usage
 	)
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train the built-in MLP as one worker of a data-parallel job",
 		Long: "train is one worker of the built-in job: an MLP classifier on synthetic\n" +
-			"data, trained with momentum SGD, its gradients allreduced while backward\n" +
-			"runs. It stops after --iters iterations or on reaching --target-acc test\n" +
-			"accuracy. Rank 0 prints loss, accuracy, samples/s and the batch shares,\n" +
-			"and between the rows a line per membership event: each worker's join\n" +
-			"(# rank R/N joined ... as ID), a view change (# view changed ...: who was\n" +
-			"admitted or departed) and a lost worker (# lost rank R (ID) ...).\n\n" +
+			"data, or with --data mnist on the MNIST digits (read from the Go module\n" +
+			"cache, or --data-dir), trained with momentum SGD, its gradients allreduced\n" +
+			"while backward runs. --data mnist has its own defaults for --iters,\n" +
+			"--target-acc and --batch, and a ReLU hidden layer; flags given override\n" +
+			"the defaults. It stops after --iters iterations or on reaching\n" +
+			"--target-acc test accuracy. Rank 0 prints loss, accuracy, samples/s and\n" +
+			"the batch shares, and between the rows a line per membership event: each\n" +
+			"worker's join (# rank R/N joined ... as ID), a view change (# view\n" +
+			"changed ...: who was admitted or departed) and a lost worker (# lost\n" +
+			"rank R (ID) ...).\n\n" +
 			"Under `gyre launch` it reads its settings from the GYRE_* variables;\n" +
 			"flags override them. Alone, it trains as a single worker. With --listen\n" +
 			"and no --seed it starts a job; with --seed it joins a running one through\n" +
@@ -62,6 +115,7 @@ func newTrainCmd(c *cli) *cobra.Command {
 			"Every worker prints a digest of its final state.",
 		Example: "  gyre launch -n 4 -- train\n" +
 			"  gyre train --iters 500\n" +
+			"  gyre launch -n 4 -- train --data mnist\n" +
 			"  gyre train --listen 10.0.0.1:7946 --key-file cluster.key --min-workers 2\n" +
 			"  gyre train --seed 10.0.0.1:7946 --listen 10.0.0.2:7946 --key-file cluster.key",
 		Args: cobra.NoArgs,
@@ -70,12 +124,17 @@ func newTrainCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := fl.setRecipe(cmd.Flags(), &wc); err != nil {
+				return err
+			}
 			return c.train(cmd.Context(), cmd.OutOrStdout(), wc, fl)
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&fl.iters, "iters", mlp.DefaultIters, "stop after this many iterations")
-	f.Float64Var(&fl.targetAcc, "target-acc", mlp.DefaultTargetAcc, "stop on reaching this test accuracy (0: never)")
+	f.StringVar(&fl.data, "data", "synthetic", "training data: synthetic (generated from the sample index) or mnist (the MNIST digits)")
+	f.StringVar(&fl.dataDir, "data-dir", "", "with --data mnist: the directory holding the four MNIST files (default: the GoMNIST module's copy in the Go module cache)")
+	f.Int64Var(&fl.iters, "iters", mlp.DefaultIters, fmt.Sprintf("stop after this many iterations (--data mnist: %d)", mnist.Iters))
+	f.Float64Var(&fl.targetAcc, "target-acc", mlp.DefaultTargetAcc, fmt.Sprintf("stop on reaching this test accuracy, 0: never (--data mnist: %v)", mnist.TargetAcc))
 	f.Int64Var(&fl.evalEvery, "eval-every", 50, "measure test accuracy and report every this many iterations")
 	f.BoolVar(&fl.overlap, "overlap", true, "allreduce each layer's gradient while backward continues")
 	f.IntVar(&fl.hidden, "hidden", mlp.DefaultSizes()[1], "width of the hidden layer (every worker must use the same)")
@@ -83,13 +142,16 @@ func newTrainCmd(c *cli) *cobra.Command {
 	fl.compute = computeProcs{auto: true}
 	f.Var(&fl.compute, "compute-procs", computeProcsUsage)
 	f.Uint64Var(&fl.modelSeed, "model-seed", 1, "seed of the initial weights (rank 0's are broadcast)")
-	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset")
+	f.Uint64Var(&fl.dataSeed, "data-seed", 1, "seed of the synthetic dataset, or of the order of MNIST's training examples")
 	f.DurationVar(&fl.timeout, "timeout", time.Hour, "give up after this long")
 	f.StringVar(&fl.metricsFile, "metrics-file", "", "write a JSON line per iteration to this file: iter, loss (global mean, exact), shares, rank, seconds, samples_per_sec")
 	f.StringVar(&fl.paramsFile, "save-params", "", "write the final parameters to this file: each layer's weights then biases, as little-endian float64s")
 	f.BoolVar(&fl.positions, "log-positions", false, "print, at each commit, the iteration, its view's epoch and the sample positions this worker covered (# committed ... lines)")
 	cfg.GlobalBatch = mlp.DefaultBatch
 	cfg.BindPFlags(f)
+	if b := f.Lookup("batch"); mnist.Batch != mlp.DefaultBatch {
+		b.Usage += fmt.Sprintf(" (--data mnist: %d)", mnist.Batch)
+	}
 	return cmd
 }
 
@@ -123,20 +185,27 @@ func (c *cli) workerConfig(fs *pflag.FlagSet) (gyre.Config, error) {
 }
 
 func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trainFlags) error {
-	if fl.iters <= 0 || fl.evalEvery <= 0 {
+	r := fl.recipe
+	if r.Iters <= 0 || fl.evalEvery <= 0 {
 		return fmt.Errorf("--iters and --eval-every must be positive")
 	}
-	if !(fl.lr > 0) {
-		return fmt.Errorf("--lr %v: want a positive learning rate", fl.lr)
+	if !(r.LR > 0) {
+		return fmt.Errorf("--lr %v: want a positive learning rate", r.LR)
 	}
-	if fl.targetAcc < 0 || fl.targetAcc > 1 {
-		return fmt.Errorf("--target-acc %v: want a fraction in [0, 1]", fl.targetAcc)
+	if r.TargetAcc < 0 || r.TargetAcc > 1 {
+		return fmt.Errorf("--target-acc %v: want a fraction in [0, 1]", r.TargetAcc)
 	}
 	ctx, cancel := context.WithTimeout(ctx, fl.timeout)
 	defer cancel()
-	job, err := train.NewSizedJob([]int{mlp.InputDim, fl.hidden, mlp.NumClasses}, fl.lr, fl.modelSeed, fl.dataSeed)
+	// Loaded before joining, so that missing files fail at once, not
+	// after the job has formed around this worker.
+	data, err := dataSets[fl.data].load(fl)
 	if err != nil {
-		return fmt.Errorf("--hidden %d: %w", fl.hidden, err)
+		return err
+	}
+	job, err := train.NewDataJob(data, r, fl.modelSeed)
+	if err != nil {
+		return fmt.Errorf("--hidden %d: %w", r.Hidden[0], err)
 	}
 	job.Model.SetProcs(fl.compute.procs())
 	// log is for the command's own lines; once joined, they say which
@@ -209,7 +278,7 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 				sps = rate
 			}
 			sps = 0.9*sps + 0.1*rate
-			line.update(progress.State{Iter: it.Iter + 1, Total: fl.iters, Loss: it.Loss, SamplesPerSec: sps, Shares: it.Shares})
+			line.update(progress.State{Iter: it.Iter + 1, Total: r.Iters, Loss: it.Loss, SamplesPerSec: sps, Shares: it.Shares})
 		}
 	}
 	// The console: a line per membership event, and rank 0's table.
@@ -219,13 +288,13 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		}
 		fmt.Fprintf(out, "# %s\n", e)
 		if e.Kind == train.Joined && e.Rank == 0 {
-			fmt.Fprintf(out, "# gyre train: %d workers, model %v (%d parameters), global batch %d, overlap %v\n",
-				w.Size(), job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, fl.overlap)
+			fmt.Fprintf(out, "# gyre train: %d workers, %s data, model %v (%d parameters), global batch %d, lr %v, overlap %v\n",
+				w.Size(), fl.data, job.Model.Sizes(), job.Model.NumParams(), cfg.GlobalBatch, r.LR, fl.overlap)
 			fmt.Fprintf(out, "%8s %10s %9s %12s  %s\n", "iter", "loss", "test_acc", "samples/s", "shares")
 		}
 	}
 	res, err := train.Run(ctx, w, job, train.Options{
-		Iters: fl.iters, TargetAcc: fl.targetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap, OnIteration: onIter,
+		Iters: r.Iters, TargetAcc: r.TargetAcc, EvalEvery: fl.evalEvery, NoOverlap: !fl.overlap, OnIteration: onIter,
 		OnEvent: onEvent,
 		Progress: func(p train.Progress) {
 			if w.Rank() == 0 {
@@ -252,8 +321,8 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	}
 	if w.Rank() == 0 {
 		verdict := "stopped at the iteration limit"
-		if fl.targetAcc > 0 && res.Acc >= fl.targetAcc {
-			verdict = fmt.Sprintf("reached the target %.2f%%", 100*fl.targetAcc)
+		if r.TargetAcc > 0 && res.Acc >= r.TargetAcc {
+			verdict = fmt.Sprintf("reached the target %.2f%%", 100*r.TargetAcc)
 		}
 		fmt.Fprintf(out, "# %s: %.2f%% test accuracy after %d iterations in %v (%.0f samples/s)\n",
 			verdict, 100*res.Acc, res.Iters, res.Elapsed.Round(time.Millisecond), res.SamplesPerSec)

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gyre-ml/gyre/gyretest"
 	"github.com/gyre-ml/gyre/internal/train"
 )
 
@@ -181,5 +185,78 @@ func TestTrainAlgoPinned(t *testing.T) {
 	}
 	if final["ring"] == final["doubling"] {
 		t.Errorf("ring and doubling both ended in %s: --algo has no effect", final["ring"])
+	}
+}
+
+// TestTrainMNIST: --data mnist trains the MNIST model, 784 inputs and a
+// ReLU layer of 128, on a batch the flags still set, and both ranks end in
+// one digest.
+func TestTrainMNIST(t *testing.T) {
+	t.Parallel() // other processes' jobs: mostly waiting, little CPU
+	out, stderr, err := run(t, plainEnv(t, nil), "--log-level", "warn", "launch", "-n", "2", "--",
+		"train", "--data", "mnist", "--iters", "10", "--eval-every", "10", "--batch", "64", "--balance", "static")
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "2 workers, mnist data, model [784 128 10] (101770 parameters), global batch 64, lr 0.1") {
+		t.Fatalf("no MNIST model in:\n%s", out)
+	}
+	digests := regexp.MustCompile(`(?m)^\[[01]\] # rank [01] final state digest ([0-9a-f]{16}) at iteration 10$`).FindAllStringSubmatch(out, -1)
+	if len(digests) != 2 || digests[0][1] != digests[1][1] {
+		t.Fatalf("want both ranks to print the same final digest, got %q in:\n%s", digests, out)
+	}
+}
+
+// TestTrainMNISTWithoutFiles: a built gyre whose module cache lacks the
+// GoMNIST module fails at once with --data mnist, before joining, and
+// says to pass --data-dir; so does a --data-dir without the files.
+func TestTrainMNISTWithoutFiles(t *testing.T) {
+	bin := gyretest.Gyre(t)
+	empty := t.TempDir()
+	for _, args := range [][]string{
+		{"train", "--data", "mnist"},
+		{"train", "--data", "mnist", "--data-dir", empty},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "GOMODCACHE="+empty)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		start := time.Now()
+		err := cmd.Run()
+		took, timedOut := time.Since(start), ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut {
+			t.Fatalf("%v: %v after %v, want a failure at once\nstdout:\n%s", args, err, took, stdout.String())
+		}
+		if took > 10*time.Second || stdout.Len() > 0 {
+			t.Errorf("%v: failed after %v, having printed %q: want a failure before anything starts", args, took, stdout.String())
+		}
+		for _, want := range []string{"--data-dir", "train-images-idx3-ubyte.gz"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("%v: the error does not say %q:\n%s", args, want, stderr.String())
+			}
+		}
+	}
+}
+
+// TestTrainRejectsBadData: an unknown --data, or --data-dir without
+// --data mnist, is refused before the worker joins anything.
+func TestTrainRejectsBadData(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--data", "bogus"}, `--data "bogus": want synthetic or mnist`},
+		{[]string{"launch", "-n", "2", "--", "train", "--data", "bogus"}, `--data "bogus": want synthetic or mnist`},
+		{[]string{"train", "--data-dir", t.TempDir()}, "--data-dir is for --data mnist"},
+	} {
+		out, stderr, err := run(t, plainEnv(t, nil), tc.args...)
+		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
+			t.Errorf("%v: %v\nstderr:\n%s\nwant an error saying %q", tc.args, err, stderr, tc.want)
+		}
+		if strings.Contains(out, "joined") {
+			t.Errorf("%v: a worker joined before the refusal:\n%s", tc.args, out)
+		}
 	}
 }
