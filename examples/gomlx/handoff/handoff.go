@@ -264,7 +264,7 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 	args = append(args, mask(rows, share), tensors.FromScalar(float32(max(share, 1))))
 
 	t.last = Parts{}
-	defer func() { t.timings.Parts = t.timings.add(t.last) }()
+	defer func() { t.timings.Parts = t.timings.plus(t.last) }()
 	start := time.Now()
 	out, err := t.grad.Exec(args...)
 	if err != nil {
@@ -383,8 +383,8 @@ func (t *Trainer) Timings() Timings { return t.timings }
 // Last returns the last step's times.
 func (t *Trainer) Last() Parts { return t.last }
 
-func (t Timings) add(q Parts) Parts {
-	p := t.Parts
+// plus is the sum of p and q, part by part.
+func (p Parts) plus(q Parts) Parts {
 	return Parts{Gradient: p.Gradient + q.Gradient, CopyOut: p.CopyOut + q.CopyOut, Reduce: p.Reduce + q.Reduce,
 		CopyIn: p.CopyIn + q.CopyIn, Update: p.Update + q.Update, Mirror: p.Mirror + q.Mirror}
 }
