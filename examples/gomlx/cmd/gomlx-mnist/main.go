@@ -62,7 +62,7 @@ func run() error {
 	flag.Float64Var(&f.target, "target", 0.97, "stop at the first evaluation that reaches this test accuracy (0: run --iters)")
 	flag.Int64Var(&f.evalEvery, "eval-every", 100, "evaluate test accuracy on rank 0 every this many iterations")
 	flag.Float64Var(&f.lr, "lr", 0.002, "Adam's learning rate")
-	flag.IntVar(&f.bucket, "bucket", 8, "round each step's rows up to a multiple of this, so shares that differ a little share a compile (1: exact shapes)")
+	flag.IntVar(&f.bucket, "bucket", 1, "round each step's rows up to a multiple of this, so that shares that differ a little share a compile: for backends whose compiles are slow (1: exact shapes)")
 	flag.Uint64Var(&f.seed, "data-seed", 1, "seed of the initial weights and of the passes' shuffles")
 	flag.StringVar(&f.dataDir, "data-dir", "", "directory holding the four MNIST files (default: the GoMNIST module's copy in the Go module cache)")
 	flag.Parse()
