@@ -31,7 +31,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX's graph DSL reads as maths.
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
@@ -42,12 +42,12 @@ import (
 // LossFn builds the per-example loss: given the model's context and the
 // batch's inputs (batch axis first), it returns a float32 tensor of shape
 // [batch]. Padded rows are masked out after it, so it needs no mask.
-type LossFn func(ctx *mlctx.Context, inputs []*Node) *Node
+type LossFn func(ctx *mlctx.Context, inputs []*graph.Node) *graph.Node
 
 // GradientUpdater is an optimizer that can apply gradients computed
 // elsewhere: GoMLX's Adam and SGD are.
 type GradientUpdater interface {
-	UpdateGraphWithGradients(ctx *mlctx.Context, grads []*Node, lossDType dtypes.DType)
+	UpdateGraphWithGradients(ctx *mlctx.Context, grads []*graph.Node, lossDType dtypes.DType)
 }
 
 // Options tunes a Trainer.
@@ -112,19 +112,19 @@ func New(backend backends.Backend, ctx *mlctx.Context, loss LossFn, opt optimize
 	}
 	t := &Trainer{backend: backend, ctx: ctx, opts: opts, compiled: make(map[int]bool)}
 	var err error
-	t.grad, err = mlctx.NewExec(backend, ctx, func(ctx *mlctx.Context, in []*Node) []*Node {
+	t.grad, err = mlctx.NewExec(backend, ctx, func(ctx *mlctx.Context, in []*graph.Node) []*graph.Node {
 		// The last two inputs are the mask (1 for real rows) and the real
 		// row count, so one graph serves every share of a bucket.
 		mask, count := in[len(in)-2], in[len(in)-1]
 		perExample := loss(ctx, in[:len(in)-2])
-		l := Div(ReduceAllSum(Mul(perExample, mask)), count)
-		return append([]*Node{l}, ctx.BuildTrainableVariablesGradientsGraph(l)...)
+		l := graph.Div(graph.ReduceAllSum(graph.Mul(perExample, mask)), count)
+		return append([]*graph.Node{l}, ctx.BuildTrainableVariablesGradientsGraph(l)...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handoff: gradient graph: %w", err)
 	}
 	t.grad.SetMaxCache(-1) // bucketing bounds the shapes; never fail on one more
-	t.update, err = mlctx.NewExec(backend, ctx, func(ctx *mlctx.Context, grads []*Node) *Node {
+	t.update, err = mlctx.NewExec(backend, ctx, func(ctx *mlctx.Context, grads []*graph.Node) *graph.Node {
 		g := grads[0].Graph()
 		// The optimizer updates the trainable variables this graph uses,
 		// in context order: the gradient graph's order.
@@ -132,7 +132,7 @@ func New(backend backends.Backend, ctx *mlctx.Context, loss LossFn, opt optimize
 			v.ValueGraph(g)
 		}
 		up.UpdateGraphWithGradients(ctx, grads, dtypes.Float32)
-		return ScalarZero(g, dtypes.Float32)
+		return graph.ScalarZero(g, dtypes.Float32)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handoff: update graph: %w", err)
@@ -278,7 +278,9 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 		if err := tensors.ConstFlatData(g, func(flat []float32) { copy(t.gradHost[i], flat) }); err != nil {
 			return 0, fmt.Errorf("handoff: gradient of %s: %w", t.trainable[i].ScopeAndName(), err)
 		}
-		g.FinalizeAll()
+		if err := g.FinalizeAll(); err != nil {
+			return 0, fmt.Errorf("handoff: gradient of %s: %w", t.trainable[i].ScopeAndName(), err)
+		}
 	}
 	lap = t.since(lap, &t.last.CopyOut)
 

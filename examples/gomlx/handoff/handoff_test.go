@@ -191,8 +191,7 @@ func TestTwoWorkersOneDigest(t *testing.T) {
 func TestRedoRestoresTheOptimizer(t *testing.T) {
 	const killAt = 4
 	ws := make([]*worker, 3)
-	var c *gyretest.Cluster
-	c = gyretest.MakeCluster(t, gyretest.Options{N: 3, Gossip: true,
+	c := gyretest.MakeCluster(t, gyretest.Options{N: 3, Gossip: true,
 		Config: func(r int, cfg *gyre.Config) {
 			cfg.GlobalBatch, cfg.PeerTimeout, cfg.QuorumTimeout = global, 300*time.Millisecond, 20*time.Second
 		},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX's graph DSL reads as maths.
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/layers"
@@ -22,7 +22,7 @@ import (
 const Hidden = 128
 
 // Logits builds the model over images [batch, 784] of pixels in [0, 1].
-func Logits(ctx *mlctx.Context, images *Node) *Node {
+func Logits(ctx *mlctx.Context, images *graph.Node) *graph.Node {
 	h := activations.Relu(layers.DenseWithBias(ctx.In("dense0"), images, Hidden))
 	h = activations.Relu(layers.DenseWithBias(ctx.In("dense1"), h, Hidden))
 	return layers.DenseWithBias(ctx.In("logits"), h, mnist.Classes)
@@ -30,9 +30,9 @@ func Logits(ctx *mlctx.Context, images *Node) *Node {
 
 // Loss is the per-example cross-entropy, the handoff.LossFn of the model:
 // inputs are the images and their labels (int32).
-func Loss(ctx *mlctx.Context, inputs []*Node) *Node {
-	logp := LogSoftmax(Logits(ctx, inputs[0]), -1)
-	return Neg(ReduceSum(Mul(OneHot(inputs[1], mnist.Classes, dtypes.Float32), logp), -1))
+func Loss(ctx *mlctx.Context, inputs []*graph.Node) *graph.Node {
+	logp := graph.LogSoftmax(Logits(ctx, inputs[0]), -1)
+	return graph.Neg(graph.ReduceSum(graph.Mul(graph.OneHot(inputs[1], mnist.Classes, dtypes.Float32), logp), -1))
 }
 
 // Sampler maps the job's sample indices to training images: index i is
@@ -111,8 +111,8 @@ type Evaluator struct {
 // NewEvaluator returns an Evaluator of the model in ctx over set, in
 // batches of 1000 images (the last one may be shorter: a second compile).
 func NewEvaluator(backend backends.Backend, ctx *mlctx.Context, set *mnist.Set) (*Evaluator, error) {
-	exec, err := mlctx.NewExec(backend, ctx.Reuse(), func(ctx *mlctx.Context, images *Node) *Node {
-		return ArgMax(Logits(ctx, images), -1, dtypes.Int32)
+	exec, err := mlctx.NewExec(backend, ctx.Reuse(), func(ctx *mlctx.Context, images *graph.Node) *graph.Node {
+		return graph.ArgMax(Logits(ctx, images), -1, dtypes.Int32)
 	})
 	if err != nil {
 		return nil, err
