@@ -64,7 +64,7 @@ done
 # The hosts share this machine's cores with anything else running: keep the
 # load and the busiest processes beside the results.
 load() { echo "load $1: $(uptime | sed 's/^ *//')"; ps -eo pcpu=,comm= --sort=-pcpu | grep -v ' ps$' | head -n 4 | sed 's/^/  busiest: /'; }
-{ echo "hosts $n  rate $rate  cpu ${CPU:-none}  racks ${RACKS:-1}  trunk ${TRUNK:-none}  command: gyre $*"; load before; } > "$out/load.txt"
+{ echo "hosts $n  rate $rate  cpu ${CPU:-none}  racks ${RACKS:-1}  trunk ${TRUNK:-none}  command: ${PROGRAM:-gyre} $*"; load before; } > "$out/load.txt"
 # worker RANK: rank RANK in host RANK+1, bound to that host's own address.
 worker() {
   rank=$1; shift
@@ -74,12 +74,12 @@ worker() {
   # @RANK@ in an argument becomes the rank (arguments have no spaces).
   args=""
   for a in "$@"; do args="$args $(printf '%s' "$a" | sed "s/@RANK@/$rank/g")"; done
-  # shellcheck disable=SC2086
   if [ -n "${PROGRAM:-}" ]; then
     set -- "$PROGRAM"
   else
     set -- "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json
   fi
+  # shellcheck disable=SC2086
   "$cluster" run $((rank + 1)) env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
     GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
     "$@" $args

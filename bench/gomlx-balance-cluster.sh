@@ -11,7 +11,7 @@
 # 0's job throughput (samples/s after 5 warm-up iterations). It prints
 # each round's rates and ratio, and the medians. The ideal ratio is the
 # sum of the caps over 4 times the smallest: 2.5 with the defaults.
-# EXTRA adds trainer flags (e.g. EXTRA="--bucket 1"); OUT=DIR keeps the
+# EXTRA adds trainer flags (e.g. EXTRA="--bucket 8"); OUT=DIR keeps the
 # outputs.
 set -eu
 [ $# -ge 1 ] || { sed -n '2,16p' "$0" | cut -c3- >&2; exit 2; }

@@ -39,6 +39,12 @@ import (
 	"github.com/gyre-ml/gyre"
 )
 
+// ErrCollective marks a Step error from Gyre's collectives (a lost
+// worker): the trainer goes on to Boundary, which recovers. Any other
+// Step error is this worker's own, and the trainer must stop: its peers
+// then recover without it, as from any lost worker.
+var ErrCollective = errors.New("handoff: the gradients' allreduce failed")
+
 // LossFn builds the per-example loss: given the model's context and the
 // batch's inputs (batch axis first), it returns a float32 tensor of shape
 // [batch]. Padded rows are masked out after it, so it needs no mask.
@@ -58,7 +64,7 @@ type Options struct {
 	Bucket int
 }
 
-// Timings says where a Trainer's steps spend their time.
+// Timings says where a Trainer's completed steps spent their time.
 type Timings struct {
 	Steps    int
 	Compiles int           // new batch shapes compiled
@@ -104,7 +110,8 @@ type mirrored struct {
 
 // New returns a Trainer of the model whose per-example loss is loss, with
 // the optimizer opt (for example optimizers.Adam().Done()). Call Register
-// next.
+// next. The optimizer's own variables must start at zero, as those of
+// GoMLX's Adam, RMSProp and SGD do (see compileUpdate).
 func New(backend backends.Backend, ctx *mlctx.Context, loss LossFn, opt optimizers.Interface, opts Options) (*Trainer, error) {
 	up, ok := opt.(GradientUpdater)
 	if !ok {
@@ -123,7 +130,8 @@ func New(backend backends.Backend, ctx *mlctx.Context, loss LossFn, opt optimize
 	if err != nil {
 		return nil, fmt.Errorf("handoff: gradient graph: %w", err)
 	}
-	t.grad.SetMaxCache(-1) // bucketing bounds the shapes; never fail on one more
+	// GoMLX fails a step past 32 cached shapes; exact shapes can reach B.
+	t.grad.SetMaxCache(-1)
 	t.update, err = mlctx.NewExec(backend, ctx, func(ctx *mlctx.Context, grads []*graph.Node) *graph.Node {
 		g := grads[0].Graph()
 		// The optimizer updates the trainable variables this graph uses,
@@ -248,8 +256,11 @@ func (t *Trainer) Bucketed(rows int) int {
 // real and the rest padding. It computes the gradients, averages them
 // across the job under w, applies them, and mirrors every variable into
 // the state. It returns the local mean loss. On an error from the
-// collectives the update is skipped; the trainer goes on to Boundary,
-// which recovers, and calls Load after a Redo.
+// collectives (errors.Is(err, ErrCollective)) the update is skipped; the
+// trainer goes on to Boundary, which recovers, and calls Load after a
+// Redo. Any other error leaves this worker out of step with the others
+// (it submitted no gradients, or its update failed): the trainer must
+// stop.
 func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ...*tensors.Tensor) (float64, error) {
 	rows := t.Bucketed(share)
 	if len(inputs) == 0 || inputs[0].Shape().Dimensions[0] != rows {
@@ -264,7 +275,6 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 	args = append(args, mask(rows, share), tensors.FromScalar(float32(max(share, 1))))
 
 	t.last = Parts{}
-	defer func() { t.timings.Parts = t.timings.plus(t.last) }()
 	start := time.Now()
 	out, err := t.grad.Exec(args...)
 	if err != nil {
@@ -274,7 +284,14 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 	lap := time.Now()
 	t.last.Gradient = lap.Sub(start)
 
+	if len(out)-1 != len(t.trainable) {
+		return 0, fmt.Errorf("handoff: the loss has gradients for %d variables, the context %d trainable ones: "+
+			"a trainable variable the loss does not use must be made untrainable", len(out)-1, len(t.trainable))
+	}
 	for i, g := range out[1:] {
+		if g.Shape().Size() != len(t.gradHost[i]) {
+			return 0, fmt.Errorf("handoff: gradient %d is %s, variable %s is %s", i, g.Shape(), t.trainable[i].ScopeAndName(), t.trainable[i].Shape())
+		}
 		if err := tensors.ConstFlatData(g, func(flat []float32) { copy(t.gradHost[i], flat) }); err != nil {
 			return 0, fmt.Errorf("handoff: gradient of %s: %w", t.trainable[i].ScopeAndName(), err)
 		}
@@ -290,7 +307,7 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 	err = w.Wait(ctx)
 	lap = t.since(lap, &t.last.Reduce)
 	if err != nil {
-		return loss, err
+		return loss, fmt.Errorf("%w: %w", ErrCollective, err)
 	}
 
 	for i, g := range t.gradTensor {
@@ -305,10 +322,13 @@ func (t *Trainer) Step(ctx context.Context, w *gyre.Worker, share int, inputs ..
 	}
 	lap = t.since(lap, &t.last.Update)
 
-	err = t.Store()
+	if err := t.Store(); err != nil {
+		return loss, err
+	}
 	t.since(lap, &t.last.Mirror)
 	t.timings.Steps++
-	return loss, err
+	t.timings.Parts = t.timings.plus(t.last)
+	return loss, nil
 }
 
 func (t *Trainer) since(lap time.Time, d *time.Duration) time.Time {
@@ -381,6 +401,11 @@ func (t *Trainer) Load() error {
 
 // Timings returns the time spent so far, by part.
 func (t *Trainer) Timings() Timings { return t.timings }
+
+// Gradients returns the host slices that hold the last step's averaged
+// gradients, one per trainable variable, in the context's order. They are
+// reused by the next step.
+func (t *Trainer) Gradients() [][]float32 { return t.gradHost }
 
 // Last returns the last step's times.
 func (t *Trainer) Last() Parts { return t.last }

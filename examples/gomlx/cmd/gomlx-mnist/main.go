@@ -146,8 +146,10 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 		}
 		stepStart := time.Now()
 		loss, err := tr.Step(ctx, w, b.Share, in.Images, in.Labels)
-		if err != nil {
+		if errors.Is(err, handoff.ErrCollective) {
 			log.Printf("rank %d iteration %d: %v", w.Rank(), b.Iter, err) // Boundary recovers
+		} else if err != nil {
+			return err // this worker is out of step: the others recover without it
 		}
 		stop := false
 		if (b.Iter+1)%f.evalEvery == 0 {
@@ -183,7 +185,9 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 		if w.Iter() == warmIter {
 			warmAt = time.Now()
 		}
-		if stop && !change.Redo {
+		// A worker admitted at this boundary took no part in the decision
+		// to stop: go on to the next evaluation with it.
+		if stop && !change.Redo && len(change.Admitted) == 0 {
 			break
 		}
 	}
@@ -206,26 +210,29 @@ func trainJob(cfg gyre.Config, f flags, train, test *mnist.Set) error {
 	return nil
 }
 
-// report evaluates on rank 0 and shares its accuracy with every worker
-// (a Reduce every worker joins at the same iteration), so that all stop
-// at the same boundary once it reaches target.
+// report evaluates on rank 0 and sums, in one Reduce every worker joins at
+// the same iteration, rank 0's accuracy (the others add 0) and every
+// worker's loss times its share: so all learn the accuracy, and stop at
+// the same boundary once it reaches target, and rank 0 prints the
+// iteration's global mean loss. A failed evaluation still joins the
+// Reduce, so that it stalls no one, with an accuracy of 0.
 func report(ctx context.Context, w *gyre.Worker, eval *mnistmlp.Evaluator, b gyre.Batch, loss, target float64, samples int, start time.Time) (bool, error) {
-	acc := []float64{0}
+	sums := []float64{0, loss * float64(b.Share)}
+	var evalErr error
 	if w.Rank() == 0 {
-		a, err := eval.Accuracy()
-		if err != nil {
-			return false, err
+		sums[0], evalErr = eval.Accuracy()
+		if evalErr != nil {
+			sums[0] = 0
 		}
-		acc[0] = a
 	}
-	if err := w.Reduce(ctx, gyre.ReduceMax, acc); err != nil {
-		return false, err
+	if err := w.Reduce(ctx, gyre.ReduceSum, sums); err != nil {
+		return false, errors.Join(evalErr, err)
 	}
-	if w.Rank() == 0 {
+	if w.Rank() == 0 && evalErr == nil {
 		fmt.Printf("iter %5d  loss %.4f  test accuracy %.4f  shares %v  %.0f samples/s on this worker\n",
-			b.Iter+1, loss, acc[0], w.Shares(), float64(samples)/time.Since(start).Seconds())
+			b.Iter+1, sums[1]/float64(b.Global), sums[0], w.Shares(), float64(samples)/time.Since(start).Seconds())
 	}
-	return target > 0 && acc[0] >= target, nil
+	return target > 0 && sums[0] >= target, evalErr
 }
 
 // globalBatch is the job's global batch: the largest share any worker
