@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,6 +280,11 @@ func Join(ctx context.Context, cfg config.Config, o Options) (*Engine, error) {
 		err = e.resume(ctx)
 	}
 	if err != nil {
+		// JoinTimeout may end a step that reports only its context's
+		// error (a vote, a broadcast): say which deadline it was.
+		if errors.Is(context.Cause(ctx), errJoinTimedOut) && !errors.Is(err, errJoinTimedOut) && !strings.Contains(err.Error(), "--join-timeout") {
+			err = fmt.Errorf("Join gave up after JoinTimeout %v (--join-timeout): %w", cfg.JoinTimeout, err)
+		}
 		return nil, err
 	}
 	e.it.nextCheck, e.it.lastVote = e.it.iter, time.Now()
