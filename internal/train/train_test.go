@@ -61,9 +61,16 @@ const lossTolerance = 1e-12
 // rank included) that match the single process's: the sample-weighted mean
 // makes data parallelism exact up to the order of floating-point sums.
 func TestEquivalence(t *testing.T) {
-	const iters = 50
+	equivalence(t, 50, syntheticJob)
+}
+
+// equivalence runs newJob's job for iters iterations on 1 worker, then on
+// 4 with equal and with unequal shares (one of them 0), and checks that
+// they agree (checkEquivalent).
+func equivalence(t *testing.T, iters int64, newJob func(modelSeed uint64) *Job) {
+	t.Helper()
 	o := Options{EvalEvery: iters, TestSize: 500}
-	single, _, singleParams := runJob(t, 1, nil, iters, o, syntheticJob)
+	single, _, singleParams := runJob(t, 1, nil, iters, o, newJob)
 	for _, tc := range []struct {
 		name   string
 		shares []int
@@ -72,8 +79,8 @@ func TestEquivalence(t *testing.T) {
 		{"unequal", []int{30, 3, 0, 31}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			losses, _, params := runJob(t, 4, tc.shares, iters, o, syntheticJob)
-			checkEquivalent(t, iters, single[0], singleParams, losses, params)
+			losses, _, params := runJob(t, 4, tc.shares, iters, o, newJob)
+			checkEquivalent(t, int(iters), single[0], singleParams, losses, params)
 		})
 	}
 }
@@ -147,19 +154,5 @@ func TestEquivalenceMNIST(t *testing.T) {
 		}
 		return j
 	}
-	const iters = 20
-	o := Options{EvalEvery: iters, TestSize: 500}
-	single, _, singleParams := runJob(t, 1, nil, iters, o, newJob)
-	for _, tc := range []struct {
-		name   string
-		shares []int
-	}{
-		{"equal", nil},
-		{"unequal", []int{30, 3, 0, 31}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			losses, _, params := runJob(t, 4, tc.shares, iters, o, newJob)
-			checkEquivalent(t, iters, single[0], singleParams, losses, params)
-		})
-	}
+	equivalence(t, 20, newJob)
 }
