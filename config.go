@@ -61,6 +61,15 @@ const (
 	BalanceStatic = config.BalanceStatic
 )
 
+// Shared-memory modes accepted by Config.SharedMemory.
+const (
+	// SharedMemoryAuto reaches peers on this machine, and in this network
+	// namespace, through shared memory.
+	SharedMemoryAuto = config.SharedMemoryAuto
+	// SharedMemoryOff reaches every peer over the network transport.
+	SharedMemoryOff = config.SharedMemoryOff
+)
+
 // Ring orders accepted by Config.RingOrder.
 const (
 	// RingOrderAuto measures the links between the members of each new
@@ -111,6 +120,13 @@ type Config struct {
 	// Stripes is the number of connections per peer link, so one link can
 	// use several cores. Default 1, at most MaxStripes.
 	Stripes int
+	// SharedMemory is how peers on this machine are reached:
+	// SharedMemoryAuto (default) through shared memory, after the same
+	// authentication as the network transport; SharedMemoryOff over the
+	// network transport, as every other peer. "This machine" means the
+	// same kernel and the same network namespace, so containers of one pod
+	// share it and separate network namespaces do not.
+	SharedMemory string
 	// MaxFrame is the largest frame payload, in bytes, sent or accepted.
 	// Default wire.DefaultMaxFrame (1 MiB).
 	MaxFrame int
@@ -384,6 +400,8 @@ const (
 	EnvBalance = config.EnvBalance
 	// EnvRingOrder is "auto" or "fixed".
 	EnvRingOrder = config.EnvRingOrder
+	// EnvSharedMemory is "auto" or "off".
+	EnvSharedMemory = config.EnvSharedMemory
 	// EnvAlgo is "auto", "ring" or "doubling".
 	EnvAlgo = config.EnvAlgo
 	// EnvCollectiveTimeout, EnvJoinTimeout, EnvConnectTimeout,

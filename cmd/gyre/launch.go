@@ -29,7 +29,7 @@ import (
 // of these are dropped so a stale setting cannot leak into the job.
 var launchSets = []string{
 	gyre.EnvPeers, gyre.EnvRank, gyre.EnvWorldSize, gyre.EnvLocalRank, gyre.EnvDataAddr,
-	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvKeyFile, gyre.EnvKey,
+	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvSharedMemory, gyre.EnvKeyFile, gyre.EnvKey,
 	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
 	gyre.EnvGossipTiming, gyre.EnvLogLevel, gyre.EnvLogFormat,
 	prof.EnvCPU, prof.EnvBlock, prof.EnvTrace,
@@ -91,6 +91,7 @@ type launchJob struct {
 	transport string
 	insecure  bool
 	stripes   int
+	shm       string
 	keyFile   string
 	logDir    string
 	grace     time.Duration
@@ -105,6 +106,7 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 	f.StringVar(&j.transport, "transport", gyre.DefaultTransport, "data-plane transport: quic or tcp")
 	f.BoolVar(&j.insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
 	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
+	f.StringVar(&j.shm, "shm", gyre.SharedMemoryAuto, "how the workers, all on this machine, reach each other: auto (shared memory) or off (the network transport)")
 	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
 	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log, N its launch index")
 	f.DurationVar(&j.grace, "grace", launch.DefaultGrace,
@@ -120,7 +122,7 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	if j.n < 1 {
 		return fmt.Errorf("-n %d: need at least 1 worker", j.n)
 	}
-	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, KeyFile: j.keyFile}
+	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, SharedMemory: j.shm, KeyFile: j.keyFile}
 	var ephemeral *secret.Secret
 	// Gossip is always encrypted, so a gossip job has a secret even when
 	// its data plane is --insecure.
@@ -434,6 +436,7 @@ func rankEnv(parent []string, cfg gyre.Config, keyPath string, extra []string, v
 			gyre.EnvTransport+"="+cfg.Transport,
 			gyre.EnvInsecure+"="+strconv.FormatBool(cfg.Insecure),
 			gyre.EnvStripes+"="+strconv.Itoa(cfg.Stripes),
+			gyre.EnvSharedMemory+"="+cfg.SharedMemory,
 		)
 		if keyPath != "" {
 			env = append(env, gyre.EnvKeyFile+"="+keyPath)

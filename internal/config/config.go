@@ -70,6 +70,15 @@ const (
 	BalanceStatic = "static"
 )
 
+// Shared-memory modes accepted by Config.SharedMemory.
+const (
+	// SharedMemoryAuto reaches peers on this machine, and in this network
+	// namespace, through shared memory.
+	SharedMemoryAuto = "auto"
+	// SharedMemoryOff reaches every peer over the network transport.
+	SharedMemoryOff = "off"
+)
+
 // Ring orders accepted by Config.RingOrder.
 const (
 	// RingOrderAuto measures the links between the members of each new
@@ -111,6 +120,7 @@ type Config struct {
 	Transport           string
 	Insecure            bool
 	Stripes             int
+	SharedMemory        string
 	MaxFrame            int
 	KeyFile             string
 	Key                 string
@@ -238,6 +248,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RingOrder == "" {
 		c.RingOrder = RingOrderAuto
+	}
+	if c.SharedMemory == "" {
+		c.SharedMemory = SharedMemoryAuto
 	}
 	if c.GlobalBatch == 0 {
 		c.GlobalBatch = DefaultGlobalBatch
@@ -423,6 +436,9 @@ func (c Config) checkBatch(userShares bool) []error {
 	}
 	if c.BytesPerSample < 0 {
 		errs = append(errs, fmt.Errorf("BytesPerSample %d: want 0 (no memory cap) or more", c.BytesPerSample))
+	}
+	if c.SharedMemory != SharedMemoryAuto && c.SharedMemory != SharedMemoryOff {
+		errs = append(errs, fmt.Errorf("SharedMemory %q: want %q or %q", c.SharedMemory, SharedMemoryAuto, SharedMemoryOff))
 	}
 	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
 		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))

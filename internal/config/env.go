@@ -10,23 +10,25 @@ import (
 
 // Environment variables read by ConfigFromEnv.
 const (
-	EnvTransport  = "GYRE_TRANSPORT"
-	EnvInsecure   = "GYRE_INSECURE"
-	EnvStripes    = "GYRE_STRIPES"
-	EnvKeyFile    = "GYRE_KEY_FILE"
-	EnvKey        = "GYRE_KEY"
-	EnvListen     = "GYRE_LISTEN"
-	EnvDataAddr   = "GYRE_DATA_ADDR"
-	EnvAdvertise  = "GYRE_ADVERTISE"
-	EnvName       = "GYRE_NAME"
-	EnvPeers      = "GYRE_PEERS" // comma-separated data addresses in rank order
-	EnvRank       = "GYRE_RANK"
-	EnvWorldSize  = "GYRE_WORLD_SIZE"
-	EnvLocalRank  = "GYRE_LOCAL_RANK"
-	EnvSeed       = "GYRE_SEED" // comma-separated gossip seed addresses
-	EnvMinWorkers = "GYRE_MIN_WORKERS"
-	EnvMaxWorkers = "GYRE_MAX_WORKERS"
-	EnvJob        = "GYRE_JOB"
+	EnvTransport = "GYRE_TRANSPORT"
+	EnvInsecure  = "GYRE_INSECURE"
+	EnvStripes   = "GYRE_STRIPES"
+	// EnvSharedMemory is "auto" or "off".
+	EnvSharedMemory = "GYRE_SHM"
+	EnvKeyFile      = "GYRE_KEY_FILE"
+	EnvKey          = "GYRE_KEY"
+	EnvListen       = "GYRE_LISTEN"
+	EnvDataAddr     = "GYRE_DATA_ADDR"
+	EnvAdvertise    = "GYRE_ADVERTISE"
+	EnvName         = "GYRE_NAME"
+	EnvPeers        = "GYRE_PEERS" // comma-separated data addresses in rank order
+	EnvRank         = "GYRE_RANK"
+	EnvWorldSize    = "GYRE_WORLD_SIZE"
+	EnvLocalRank    = "GYRE_LOCAL_RANK"
+	EnvSeed         = "GYRE_SEED" // comma-separated gossip seed addresses
+	EnvMinWorkers   = "GYRE_MIN_WORKERS"
+	EnvMaxWorkers   = "GYRE_MAX_WORKERS"
+	EnvJob          = "GYRE_JOB"
 	// EnvGossipTiming is "lan" or "local"; EnvGossipProbeInterval a
 	// duration; EnvGossipSuspicionMult an integer.
 	EnvGossipTiming        = "GYRE_GOSSIP_TIMING"
@@ -83,6 +85,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	str(EnvGossipTiming, &c.GossipTiming)
 	str(EnvBalance, &c.Balance)
 	str(EnvRingOrder, &c.RingOrder)
+	str(EnvSharedMemory, &c.SharedMemory)
 	str(EnvAlgo, &c.Algo)
 	str(EnvCheckpointDir, &c.CheckpointDir)
 	str(EnvMetricsAddr, &c.MetricsAddr)

@@ -48,6 +48,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Transport, "transport", c.Transport, "data-plane transport: quic or tcp (empty: quic)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "tcp only: plain TCP, no encryption or authentication")
 	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link (0: 1)")
+	fs.StringVar(&c.SharedMemory, "shm", c.SharedMemory, "peers on this machine: auto (through shared memory) or off (over the network transport) (empty: auto)")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "cluster secret file, written by gyre keygen (a job of one needs none)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (empty: "+DefaultListen+")")
 	fs.StringVar(&c.DataAddr, "data-addr", c.DataAddr, "data-plane listen address (empty: the gossip port + 1)")

@@ -239,10 +239,11 @@ func NewTransport(cfg config.Config) (transport.Transport, error) {
 	lim := wire.DefaultLimits()
 	lim.MaxFrame = uint32(cfg.MaxFrame)
 	id := transport.PeerID(cfg.Name)
+	shm := cfg.SharedMemory == config.SharedMemoryAuto
 	if cfg.Insecure {
 		// Validate allows Insecure only with tcp.
 		return tcp.New(tcp.Config{ID: id, Insecure: true, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, Logger: cfg.Log()})
+			Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log()})
 	}
 	key, err := cfg.Secret()
 	if err != nil {
@@ -258,11 +259,11 @@ func NewTransport(cfg config.Config) (transport.Transport, error) {
 	}
 	if cfg.Transport == config.TransportTCP {
 		return tcp.New(tcp.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, Logger: cfg.Log()})
+			Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log()})
 	}
 	// A reset key that is the same on every run lets a restarted worker
 	// reset its peers' stale connections at once.
 	resetKey := key.ResetKey(cfg.Name)
 	return quic.New(quic.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-		Stripes: cfg.Stripes, Logger: cfg.Log(), ResetKey: &resetKey})
+		Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log(), ResetKey: &resetKey})
 }

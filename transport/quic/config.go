@@ -44,6 +44,11 @@ type Config struct {
 	Listen string
 	// Limits bound what a peer may send. Zero means wire.DefaultLimits().
 	Limits wire.Limits
+	// SharedMemory reaches peers on this machine, and in this network
+	// namespace, through shared memory rather than QUIC, after the same
+	// authentication (package shm). Peers elsewhere, and peers that turned
+	// it off, are reached over QUIC.
+	SharedMemory bool
 	// Stripes is the number of QUIC connections per peer. Large messages
 	// are split over them so that one link can use several cores. Default 1.
 	Stripes int

@@ -90,7 +90,7 @@ func resolveUDP(ctx context.Context, addr string) (*net.UDPAddr, error) {
 // run loop, and the two directions proceed on different cores.
 type link struct{ conn *quicgo.Conn }
 
-func (l *link) OpenStream(ctx context.Context) (streams.Stream, error) {
+func (l *link) OpenStream(ctx context.Context, _ transport.Channel) (streams.Stream, error) {
 	s, err := l.conn.OpenUniStreamSync(ctx)
 	if err != nil {
 		return nil, err

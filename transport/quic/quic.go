@@ -17,6 +17,7 @@ import (
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/refusals"
+	"github.com/gyre-ml/gyre/transport/internal/shm"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
 
@@ -43,6 +44,7 @@ type Transport struct {
 	udp *net.UDPConn
 	qt  *quicgo.Transport
 	ln  *quicgo.Listener
+	shm *shm.Local // nil unless Config.SharedMemory
 
 	ctx    context.Context // cancelled by Close; ends the accept loops
 	cancel context.CancelFunc
@@ -121,7 +123,7 @@ func New(cfg Config) (*Transport, error) {
 		ID:      cfg.ID,
 		Limits:  cfg.Limits,
 		Stripes: cfg.Stripes,
-		Dial:    t.dial,
+		Dial:    shm.Or(func() *shm.Local { return t.shm }, t.dial),
 		Logger:  log,
 		OnDrop:  t.onDrop,
 		Orderly: orderly,
@@ -134,8 +136,13 @@ func New(cfg Config) (*Transport, error) {
 		udp.Close()
 		return nil, fmt.Errorf("quic: %w", err)
 	}
+	if cfg.SharedMemory {
+		t.shm = shm.Beside(shm.Config{ID: cfg.ID, Identity: cfg.Identity, Kind: "quic",
+			Port: udp.LocalAddr().(*net.UDPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add,
+			HandshakeTimeout: cfg.HandshakeTimeout, Logger: log})
+	}
 	t.wg.Go(t.acceptLoop)
-	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Msg("listening")
+	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Bool("shared_memory", t.shm != nil).Msg("listening")
 	return t, nil
 }
 
@@ -236,6 +243,9 @@ func (t *Transport) Close() error {
 		t.closed = true
 		t.mu.Unlock()
 		t.cancel()
+		if t.shm != nil {
+			t.shm.Close()
+		}
 		err = t.core.Close()
 		t.closeInbound("", codeClosed, "closed")
 		// Listener and Transport close after the connections, so the

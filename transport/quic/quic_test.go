@@ -35,6 +35,16 @@ func TestConformanceStripes3(t *testing.T) {
 	transporttest.Run(t, newNodes(func(c *Config) { c.Stripes = 3 }))
 }
 
+// The same contract holds when the nodes, all in this process and network
+// namespace, reach each other through shared memory.
+func TestConformanceSharedMemory(t *testing.T) {
+	transporttest.Run(t, newNodes(func(c *Config) { c.SharedMemory = true }))
+}
+
+func TestConformanceSharedMemoryStripes2(t *testing.T) {
+	transporttest.Run(t, newNodes(func(c *Config) { c.SharedMemory = true; c.Stripes = 2 }))
+}
+
 func TestConfigValidate(t *testing.T) {
 	ca := transporttest.NewCA(t)
 	id := transporttest.Issue(t, ca, "a")

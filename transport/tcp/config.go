@@ -36,6 +36,11 @@ type Config struct {
 	// Stripes is the number of connections per (peer, channel) that large
 	// messages are split over, so one link can use several cores. Default 1.
 	Stripes int
+	// SharedMemory reaches peers on this machine, and in this network
+	// namespace, through shared memory rather than TCP, after the same
+	// authentication (package shm). Peers elsewhere, and peers that turned
+	// it off, are reached over TCP.
+	SharedMemory bool
 	// Logger receives refusals, dropped peers and connection events. The
 	// zero Logger discards them.
 	Logger zerolog.Logger

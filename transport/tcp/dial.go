@@ -46,7 +46,7 @@ type link struct {
 	closed bool
 }
 
-func (l *link) OpenStream(ctx context.Context) (streams.Stream, error) {
+func (l *link) OpenStream(ctx context.Context, _ transport.Channel) (streams.Stream, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

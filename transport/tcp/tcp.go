@@ -13,6 +13,7 @@ import (
 	"github.com/gyre-ml/gyre/internal/wire"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/refusals"
+	"github.com/gyre-ml/gyre/transport/internal/shm"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
 
@@ -25,6 +26,7 @@ type Transport struct {
 	refusals refusals.Log  // inbound connections refused by the certificate check
 	flood    *floodlog.Log // the log of refused connections, rate-limited
 	ln       net.Listener
+	shm      *shm.Local // nil unless Config.SharedMemory
 	// pending holds a token per accepted connection not yet handed to the
 	// core, handshaking holds one per handshake under way: both bound what
 	// unauthenticated clients can make this process spend.
@@ -67,7 +69,7 @@ func New(cfg Config) (*Transport, error) {
 		ID:      cfg.ID,
 		Limits:  cfg.Limits,
 		Stripes: cfg.Stripes,
-		Dial:    t.dial,
+		Dial:    shm.Or(func() *shm.Local { return t.shm }, t.dial),
 		Logger:  log,
 	})
 	if err != nil {
@@ -78,6 +80,11 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		t.core.Close()
 		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	if cfg.SharedMemory {
+		t.shm = shm.Beside(shm.Config{ID: cfg.ID, Identity: cfg.Identity, Insecure: cfg.Insecure,
+			Kind: "tcp", Port: t.ln.Addr().(*net.TCPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add,
+			HandshakeTimeout: cfg.HandshakeTimeout, Logger: log})
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Go(t.acceptLoop)
@@ -148,6 +155,9 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
 		err = t.ln.Close()
+		if t.shm != nil {
+			t.shm.Close()
+		}
 		t.core.Close()
 		t.wg.Wait()
 		t.flood.Close()

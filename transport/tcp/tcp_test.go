@@ -38,6 +38,16 @@ func TestConformanceStripes3(t *testing.T) {
 	transporttest.Run(t, newNodes(false, func(c *Config) { c.Stripes = 3 }))
 }
 
+// The same contract holds when the nodes, all in this process and network
+// namespace, reach each other through shared memory.
+func TestConformanceSharedMemory(t *testing.T) {
+	transporttest.Run(t, newNodes(false, func(c *Config) { c.SharedMemory = true }))
+}
+
+func TestConformanceSharedMemoryInsecure(t *testing.T) {
+	transporttest.Run(t, newNodes(true, func(c *Config) { c.SharedMemory = true }))
+}
+
 func TestConfigValidate(t *testing.T) {
 	ca := transporttest.NewCA(t)
 	id := transporttest.Issue(t, ca, "a")

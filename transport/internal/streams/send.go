@@ -333,7 +333,7 @@ func (oc *outChan) open(ctx context.Context, s int) error {
 			return errStreamClosed
 		}
 	}
-	st, err := oc.op.links[s].OpenStream(ctx)
+	st, err := oc.op.links[s].OpenStream(ctx, oc.ch)
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}

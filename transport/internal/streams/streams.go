@@ -58,9 +58,11 @@ type Poller interface {
 // Link is one authenticated connection to a peer that can open outbound
 // streams.
 type Link interface {
-	// OpenStream opens a new outbound stream. It blocks until the stream
-	// is usable or ctx is done, and is safe for concurrent use.
-	OpenStream(ctx context.Context) (Stream, error)
+	// OpenStream opens a new outbound stream for ch (which the core names
+	// again in the stream's Hello; a link may size the stream by it). It
+	// blocks until the stream is usable or ctx is done, and is safe for
+	// concurrent use.
+	OpenStream(ctx context.Context, ch transport.Channel) (Stream, error)
 	// Close releases the link. Streams it opened are closed by the core.
 	Close() error
 }

@@ -84,7 +84,7 @@ type testLink struct {
 	dst  *Transport
 }
 
-func (l *testLink) OpenStream(ctx context.Context) (Stream, error) {
+func (l *testLink) OpenStream(ctx context.Context, _ transport.Channel) (Stream, error) {
 	a, b, err := l.net.pair()
 	if err != nil {
 		return nil, err
