@@ -22,6 +22,7 @@ func TestWithDefaults(t *testing.T) {
 		Name:              c.Name,
 		Transport:         gyre.TransportQUIC,
 		Stripes:           1,
+		SharedMemory:      gyre.SharedMemoryAuto,
 		MaxFrame:          gyre.DefaultMaxFrame,
 		DataAddr:          "127.0.0.1:7947",
 		Advertise:         "127.0.0.1",
@@ -86,6 +87,7 @@ func TestValidate(t *testing.T) {
 		{"unknown transport", gyre.Config{Key: key, Transport: "udp"}, `Transport "udp"`},
 		{"too many stripes", gyre.Config{Key: key, Stripes: gyre.MaxStripes + 1}, "Stripes"},
 		{"negative stripes", gyre.Config{Key: key, Stripes: -1}, "Stripes"},
+		{"unknown shared-memory mode", gyre.Config{Key: key, SharedMemory: "on"}, "SharedMemory"},
 		{"tiny frame", gyre.Config{Key: key, MaxFrame: 100}, "MaxFrame"},
 		{"both key and file", gyre.Config{Key: key, KeyFile: "k"}, "not both"},
 		{"bad key", gyre.Config{Key: "abc"}, "Key:"},
@@ -171,7 +173,7 @@ func TestConfigFromEnv(t *testing.T) {
 		gyre.EnvSeed: "10.0.0.1:7946,,10.0.0.2:7946", gyre.EnvMinWorkers: "2",
 		gyre.EnvCollectiveTimeout: "90s", gyre.EnvPeerTimeout: " 500ms", gyre.EnvJoinTimeout: "1m", gyre.EnvBalance: "static",
 		gyre.EnvConnectTimeout: "45s",
-		gyre.EnvRingOrder:      "fixed", gyre.EnvAlgo: "doubling",
+		gyre.EnvRingOrder:      "fixed", gyre.EnvAlgo: "doubling", gyre.EnvSharedMemory: "off",
 		gyre.EnvCheckpointDir: "/ckpt", gyre.EnvCheckpointEvery: "20", gyre.EnvCheckpointKeep: "5", gyre.EnvCheckpointRequired: "true",
 	}
 	c, err := gyre.ConfigFromEnv(mapLookup(env))
@@ -185,6 +187,7 @@ func TestConfigFromEnv(t *testing.T) {
 		Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, MinWorkers: 2,
 		CollectiveTimeout: 90 * time.Second, PeerTimeout: 500 * time.Millisecond, JoinTimeout: time.Minute,
 		ConnectTimeout: 45 * time.Second, Balance: gyre.BalanceStatic, RingOrder: gyre.RingOrderFixed, Algo: gyre.AlgoDoubling,
+		SharedMemory:  gyre.SharedMemoryOff,
 		CheckpointDir: "/ckpt", CheckpointEvery: 20, CheckpointKeep: 5, CheckpointRequired: true}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("ConfigFromEnv:\n got %+v\nwant %+v", c, want)

@@ -138,7 +138,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.SharedMemory {
 		t.shm = shm.Beside(shm.Config{ID: cfg.ID, Identity: cfg.Identity, Kind: "quic",
-			Port: udp.LocalAddr().(*net.UDPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add,
+			Port: udp.LocalAddr().(*net.UDPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add, Flood: t.flood,
 			HandshakeTimeout: cfg.HandshakeTimeout, Logger: log})
 	}
 	t.wg.Go(t.acceptLoop)

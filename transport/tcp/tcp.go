@@ -83,7 +83,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.SharedMemory {
 		t.shm = shm.Beside(shm.Config{ID: cfg.ID, Identity: cfg.Identity, Insecure: cfg.Insecure,
-			Kind: "tcp", Port: t.ln.Addr().(*net.TCPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add,
+			Kind: "tcp", Port: t.ln.Addr().(*net.TCPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add, Flood: t.flood,
 			HandshakeTimeout: cfg.HandshakeTimeout, Logger: log})
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())

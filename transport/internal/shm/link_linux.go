@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
@@ -208,7 +209,10 @@ func (l *Local) authenticate(c *net.UnixConn, remote string) (transport.PeerID, 
 		err = fmt.Errorf("client did not offer %q", ALPN)
 	}
 	if err != nil {
-		if !refused {
+		switch {
+		case floodlog.TimedOut(err):
+			l.log.Debug().Str("remote", remote).Err(err).Msg("shared memory: an incoming TLS handshake timed out: the client went silent")
+		case !refused:
 			l.refuse(remote, "", "refused: TLS handshake failed", err)
 		}
 		return "", err
@@ -218,7 +222,12 @@ func (l *Local) authenticate(c *net.UnixConn, remote string) (transport.PeerID, 
 }
 
 func (l *Local) refuse(remote, claimed, why string, err error) {
-	l.log.Warn().Str("remote", remote).Str("claims", claimed).Err(err).Msg("shared memory: " + why)
+	fields := func(e *zerolog.Event) *zerolog.Event { return e.Str("claims", claimed).Err(err) }
+	if l.cfg.Flood != nil {
+		l.cfg.Flood.Refused(remote, "shared memory: "+why, fields)
+	} else {
+		fields(l.log.Warn().Str("remote", remote)).Msg("shared memory: " + why)
+	}
 	if l.cfg.Refused != nil {
 		l.cfg.Refused(remote, claimed, fmt.Errorf("%w: %v", transport.ErrUnauthenticated, err))
 	}

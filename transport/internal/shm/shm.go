@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
@@ -36,6 +37,9 @@ type Config struct {
 	Accept func(peer transport.PeerID, in streams.InStream)
 	// Refused records a client refused for its credentials.
 	Refused func(remote, claimed string, err error)
+	// Flood, if set, logs refusals under its rate limit (the network
+	// transport's), else Logger logs each one.
+	Flood *floodlog.Log
 	// HandshakeTimeout bounds a dial and an incoming handshake.
 	HandshakeTimeout time.Duration
 	Logger           zerolog.Logger

@@ -109,7 +109,7 @@ func TestPollingReaderGetsTheMessage(t *testing.T) {
 }
 
 func TestCloseUnblocksBothEnds(t *testing.T) {
-	_, r := pair(t, MinRing) // nothing written: the Read waits
+	_, r := pair(t, MinRing)  // nothing written: the Read waits
 	w, r2 := pair(t, MinRing) // nothing read: the Write fills the ring, then waits
 	errs := make(chan error, 2)
 	go func() { _, err := r.Read(make([]byte, 1)); errs <- err }()
