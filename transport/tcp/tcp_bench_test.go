@@ -172,3 +172,18 @@ func BenchmarkBareRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSharedMemory runs both benchmarks between two nodes of this
+// process over the shared-memory path, with and without polling.
+func BenchmarkSharedMemory(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run("OneWay/"+transporttest.SizeName(size), func(b *testing.B) {
+			nodes := newNodes(false, func(c *Config) { c.SharedMemory = true })(b, 2)
+			transporttest.BenchmarkOneWay(b, nodes, size)
+		})
+		b.Run("RoundTrip/"+transporttest.SizeName(size), func(b *testing.B) {
+			nodes := newNodes(false, func(c *Config) { c.SharedMemory = true })(b, 2)
+			transporttest.BenchmarkRoundTrip(b, nodes, size)
+		})
+	}
+}

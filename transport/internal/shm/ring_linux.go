@@ -123,8 +123,12 @@ func openRegion(fd int) (*region, error) {
 	return r, nil
 }
 
+// mapRegion maps a ring with its pages populated: a ring fills page by
+// page, and a first touch of each page, in both processes, cost a page
+// fault per small message (about 8 us of a 10 us 4 KiB allreduce) until
+// the ring had wrapped once.
 func mapRegion(fd, total int) (*region, error) {
-	mem, err := unix.Mmap(fd, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("shared memory: mmap: %w", err)
 	}

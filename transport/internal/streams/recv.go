@@ -441,16 +441,16 @@ var errStripeMissing = errors.New("a stripe of the message never arrived before 
 func (sl *inSlot) readMessage(ctx context.Context, g *inGen, s0 *inStream, buf []byte) (h wire.Header, n int, consumed int64, err error) {
 	start := s0.n
 	defer func() { consumed = s0.n - start }()
-	// Only the wait for the header polls: the rest of the message follows.
-	var poller Poller
+	// The whole of stripe 0's part polls, not only the wait for the
+	// header: a payload written apart from its header (shared memory
+	// publishes each write at once) may land a moment after it, and a
+	// reader that slept then would cost the peer a wake-up. Only small
+	// collectives poll, so what follows the header is short.
 	if p, ok := s0.s.(Poller); ok && transport.PollFrom(ctx) > 0 {
-		poller = p
-		poller.SetPoll(transport.PollFrom(ctx))
+		p.SetPoll(transport.PollFrom(ctx))
+		defer p.SetPoll(0)
 	}
 	f, err := s0.r.ReadFrameHeader()
-	if poller != nil {
-		poller.SetPoll(0)
-	}
 	if err != nil {
 		return h, 0, 0, err
 	}
