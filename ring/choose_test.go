@@ -225,3 +225,42 @@ func ExampleCostModel_projection() {
 	//  67108864 bytes: ring                  55.53 ms  busbw 2.41 GB/s
 	// 268435456 bytes: ring                 183.88 ms  busbw 2.91 GB/s
 }
+
+// TestSetChunk: a chunk size set alike on every rank changes the ring's
+// pipeline and keeps its result; ranks whose chunk sizes differ fail
+// with ErrMismatch rather than hang; 0 restores the default.
+func TestSetChunk(t *testing.T) {
+	const n, size = 3, 3 << 20
+	cl := newCluster(t, n, nil)
+	if got := cl.comms[0].ChunkBytes(); got != DefaultChunkBytes {
+		t.Fatalf("new Comm: chunk %d bytes, want %d", got, DefaultChunkBytes)
+	}
+	if err := cl.comms[0].SetChunk(-1); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetChunk(-1) = %v, want ErrInvalid", err)
+	}
+	mustAll(t, each(cl.comms, func(_ int, c *Comm) error { return c.SetChunk(64 << 10) }))
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+		for i := range bufs[r] {
+			bufs[r][i] = float32(r + i%5)
+		}
+	}
+	mustAll(t, each(cl.comms, func(r int, c *Comm) error { return AllReduce(t.Context(), c, wire.OpSum, bufs[r]) }))
+	for r := range n {
+		for i, v := range bufs[r] {
+			if want := float32(3 + 3*(i%5)); v != want {
+				t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
+			}
+		}
+	}
+	if err := cl.comms[1].SetChunk(0); err != nil || cl.comms[1].ChunkBytes() != DefaultChunkBytes {
+		t.Fatalf("SetChunk(0): %v, chunk %d; want the default", err, cl.comms[1].ChunkBytes())
+	}
+	errs := each(cl.comms, func(r int, c *Comm) error { return AllReduce(t.Context(), c, wire.OpSum, bufs[r]) })
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) {
+			t.Errorf("rank %d with chunk sizes that differ: %v, want ErrMismatch", r, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -372,6 +373,31 @@ func (c *Comm) SetOrder(order []int) error {
 	defer c.mu.Unlock()
 	c.plans = planCache{order: slices.Clone(order)}
 	return nil
+}
+
+// SetChunk makes bytes the pipeline chunk size (Config.ChunkBytes) of
+// the collectives that follow; 0 means DefaultChunkBytes. Every member
+// must make the same change between the same two collectives, as for
+// SetOrder: a collective whose chunk sizes differ fails with ErrMismatch.
+func (c *Comm) SetChunk(bytes int) error {
+	if bytes < 0 || bytes > maxChunkBytes {
+		return invalid("chunk size %d bytes not in [0, %d]", bytes, maxChunkBytes)
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.cfg.ChunkBytes = cmp.Or(bytes, DefaultChunkBytes)
+	return nil
+}
+
+// ChunkBytes returns the pipeline chunk size in bytes.
+func (c *Comm) ChunkBytes() int {
+	if err := c.lock(); err != nil {
+		return c.cfg.ChunkBytes
+	}
+	defer c.mu.Unlock()
+	return c.cfg.ChunkBytes
 }
 
 // checkOrder checks that order is nil or a permutation of [0, n).

@@ -140,6 +140,15 @@ type Reopener interface {
 	Reopen(peer PeerID, ch Channel)
 }
 
+// SharedMemoryReporter is implemented by transports that can reach peers
+// on this machine through shared memory. SharedMemory reports whether
+// this side's links to peer do: false for a peer not connected, or
+// reached over the network. It does not block and is safe for
+// concurrent use.
+type SharedMemoryReporter interface {
+	SharedMemory(peer PeerID) bool
+}
+
 // Refusal is an inbound connection that a transport refused during
 // authentication: the peer does not hold this cluster's secret.
 type Refusal struct {

@@ -133,6 +133,23 @@ func TestProbeExchange(t *testing.T) {
 // get a whole core; four ranks on a 2-CPU host get half of one each; a
 // rank whose quota is a quarter core gets that; ranks pinned to 4 cores
 // each of a 64-CPU host get a whole one; unknown figures limit nothing.
+// TestAllShared: the shared-memory chunk needs every rank's every link
+// on shared memory; one rank that reached a peer otherwise, or reported
+// nothing, keeps the default.
+func TestAllShared(t *testing.T) {
+	tb := newTable(3)
+	for r := range 3 {
+		tb.row(r)[6+allShared] = 1
+	}
+	if !tb.allShared() {
+		t.Fatal("every rank on shared memory: allShared false")
+	}
+	tb.row(2)[6+allShared] = 0
+	if tb.allShared() {
+		t.Fatal("rank 2 off shared memory: allShared true")
+	}
+}
+
 func TestCPUShares(t *testing.T) {
 	hosts := []string{"10.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.3", "10.0.0.3", "10.0.0.4", "10.0.0.4"}
 	usable := []int64{8000, 2000, 2000, 2000, 2000, 250, 0, 4000, 4000}

@@ -58,13 +58,14 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport       = (*Transport)(nil)
-	_ transport.Listener        = (*Transport)(nil)
-	_ transport.Dropper         = (*Transport)(nil)
-	_ transport.Forgetter       = (*Transport)(nil)
-	_ transport.RefusalReporter = (*Transport)(nil)
-	_ transport.RefusalCounter  = (*Transport)(nil)
-	_ transport.LinkCounter     = (*Transport)(nil)
+	_ transport.Transport            = (*Transport)(nil)
+	_ transport.Listener             = (*Transport)(nil)
+	_ transport.Dropper              = (*Transport)(nil)
+	_ transport.Forgetter            = (*Transport)(nil)
+	_ transport.RefusalReporter      = (*Transport)(nil)
+	_ transport.RefusalCounter       = (*Transport)(nil)
+	_ transport.LinkCounter          = (*Transport)(nil)
+	_ transport.SharedMemoryReporter = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -201,6 +202,10 @@ func (t *Transport) Refusals() []transport.Refusal { return t.refusals.List() }
 // RefusalsTotal counts every connection refused for its credentials
 // (transport.RefusalCounter).
 func (t *Transport) RefusalsTotal() uint64 { return t.refusals.Total() }
+
+// SharedMemory reports whether this side's links to peer go through
+// shared memory (transport.SharedMemoryReporter).
+func (t *Transport) SharedMemory(peer transport.PeerID) bool { return t.core.Local(peer) }
 
 // LinkStats counts the links' connects, reconnects, dial errors and
 // failures (transport.LinkCounter).

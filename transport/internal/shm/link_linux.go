@@ -345,6 +345,9 @@ func (lk *link) OpenStream(ctx context.Context, ch transport.Channel) (streams.S
 	return &Writer{end: end{r: r, conn: c}}, nil
 }
 
+// Local says the link is shared memory (streams.Localer).
+func (lk *link) Local() bool { return true }
+
 func (lk *link) dropSpare() {
 	lk.mu.Lock()
 	c := lk.spare

@@ -189,6 +189,41 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
+// Localer is a Link that reaches its peer on this machine without the
+// network (package shm's).
+type Localer interface {
+	Local() bool
+}
+
+// Local reports whether every link of this side's connection to peer is
+// a Localer that says so; false if peer is not connected.
+func (t *Transport) Local(peer transport.PeerID) bool {
+	t.mu.Lock()
+	p := t.peers[peer]
+	var op *outPeer
+	if p != nil {
+		op = p.out
+	}
+	t.mu.Unlock()
+	if op == nil {
+		return false
+	}
+	select {
+	case <-op.ready:
+	default:
+		return false // still dialing
+	}
+	if op.err != nil || len(op.links) == 0 {
+		return false
+	}
+	for _, l := range op.links {
+		if lo, ok := l.(Localer); !ok || !lo.Local() {
+			return false
+		}
+	}
+	return true
+}
+
 // peerLocked returns the state of id, creating it. t.mu must be held.
 func (t *Transport) peerLocked(id transport.PeerID) *peer {
 	p := t.peers[id]
