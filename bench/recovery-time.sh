@@ -18,7 +18,8 @@
 # of their "recovered" lines, from the lost worker's last heartbeat to
 # the install (PROBE_FAILPOINT replaces the failpoint: before the probe
 # failpoint counted the probes' iteration, 9c74189 and earlier needed
-# probe@999). RUNS defaults to 5, TRANSPORTS to "tcp quic".
+# probe@999). RUNS defaults to 5, TRANSPORTS to "tcp quic". The workers
+# reach each other through shared memory unless SHM=off.
 set -eu
 cd "$(dirname "$0")/.."
 runs=${1:-5}
@@ -40,7 +41,7 @@ if [ "$mode" = probe ]; then
       port=$((27000 + run * 100))
       pids= survivors=
       for i in 0 1 2 3; do
-        set -- --listen "127.0.0.1:$((port + 10 * i))" --key-file "$dir/key" --transport "$tr" \
+        set -- --listen "127.0.0.1:$((port + 10 * i))" --key-file "$dir/key" --transport "$tr" --shm "${SHM:-auto}" \
           --iters 1300 --target-acc 0 --eval-every 100
         if [ "$i" = 0 ]; then set -- "$@" --min-workers 4; else set -- "$@" --seed "127.0.0.1:$port"; fi
         fp=
@@ -71,7 +72,7 @@ for tr in $transports; do
   : >"$dir/$tr.runs"
   for run in $(seq "$runs"); do
     rm -f "$dir/job.err" "$dir/job.out"
-    "$gyre" --log-format json --log-level warn launch -n 4 --transport "$tr" -- \
+    "$gyre" --log-format json --log-level warn launch -n 4 --transport "$tr" --shm "${SHM:-auto}" -- \
       train --iters 1000000 --target-acc 0 --eval-every 100 >"$dir/job.out" 2>"$dir/job.err" &
     job=$!
     while ! grep -q '^\[0\] *100 ' "$dir/job.out" 2>/dev/null; do sleep 0.05; done

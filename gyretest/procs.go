@@ -75,6 +75,10 @@ type ProcOptions struct {
 	Argv func(rank int) []string
 	// Transport is "quic" (default) or "tcp".
 	Transport string
+	// SharedMemory is gyre.SharedMemoryAuto (the default: the processes,
+	// all on this machine, reach each other through shared memory) or
+	// gyre.SharedMemoryOff (over Transport).
+	SharedMemory string
 	// Key returns rank's cluster secret, hex-encoded. Default: one fresh
 	// secret shared by all, as `gyre launch` makes.
 	Key func(rank int) string
@@ -139,6 +143,9 @@ type Result struct {
 // if the test failed every process's output is logged.
 func StartProcs(tb testing.TB, o ProcOptions) *Procs {
 	tb.Helper()
+	if o.SharedMemory == "" {
+		o.SharedMemory = gyre.SharedMemoryAuto
+	}
 	if o.Transport == "" {
 		o.Transport = gyre.TransportQUIC
 	}
@@ -251,6 +258,7 @@ func (p *Procs) startProc(tb testing.TB, r int, env []string) {
 	env = append(slices.Clone(p.base), append(env,
 		gyre.EnvLocalRank+"="+strconv.Itoa(r),
 		gyre.EnvTransport+"="+p.o.Transport,
+		gyre.EnvSharedMemory+"="+p.o.SharedMemory,
 		gyre.EnvKey+"="+p.o.Key(r))...)
 	if p.o.Env != nil {
 		env = append(env, p.o.Env(r)...)

@@ -32,14 +32,20 @@ import (
 // (2.1 million parameters; a small batch keeps the compute short).
 func TestSurviveKillProcs(t *testing.T) {
 	type job struct {
-		name, transport string
-		iters           int
-		extra           []string
+		name, transport, shm string
+		iters                int
+		extra                []string
 	}
-	jobs := []job{{name: "quic", transport: "quic", iters: 800, extra: []string{"--eval-every", "400"}}}
+	// "shm" is the default: the workers, all on this machine, reach each
+	// other through shared memory, whose sockets' end-of-file tells the
+	// survivors of the kill at once. The others run over the network.
+	jobs := []job{{name: "shm", transport: "quic", iters: 800, extra: []string{"--eval-every", "400"}},
+		{name: "quic", transport: "quic", shm: "off", iters: 800, extra: []string{"--eval-every", "400"}}}
 	if os.Getenv("GYRE_LONG_TESTS") == "1" {
-		jobs = append(jobs, job{name: "tcp", transport: "tcp", iters: 800, extra: []string{"--eval-every", "400"}},
-			job{name: "quic-16MiB", transport: "quic", iters: 40,
+		jobs = append(jobs, job{name: "tcp", transport: "tcp", shm: "off", iters: 800, extra: []string{"--eval-every", "400"}},
+			job{name: "quic-16MiB", transport: "quic", shm: "off", iters: 40,
+				extra: []string{"--eval-every", "40", "--hidden", "49152", "--batch", "16", "--lr", "0.003"}},
+			job{name: "shm-16MiB", transport: "quic", iters: 40,
 				extra: []string{"--eval-every", "40", "--hidden", "49152", "--batch", "16", "--lr", "0.003"}})
 	}
 	gyre := gyretest.Gyre(t)
@@ -53,7 +59,7 @@ func TestSurviveKillProcs(t *testing.T) {
 					"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions",
 					"--save-params", paramsFile(dir, r)}, jb.extra...)
 			}
-			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Transport: jb.transport, Gossip: true, Argv: args})
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 4, Transport: jb.transport, SharedMemory: jb.shm, Gossip: true, Argv: args})
 			waitForCommit(t, p, 0, int64(jb.iters/4), time.Minute)
 			p.Kill(t, victim)
 			killed := time.Now()
@@ -71,12 +77,25 @@ func TestSurviveKillProcs(t *testing.T) {
 				if !strings.Contains(res.Stderr, "recovered") {
 					t.Errorf("rank %d did not log its recovery:\n%s", res.Rank, res.Stderr)
 				}
+				detect, ok := recoveredDetect(res.Stderr)
+				if !ok {
+					t.Errorf("rank %d logged no detect phase with its recovery", res.Rank)
+				}
+				t.Logf("rank %d detected the loss %v after the last heartbeat", res.Rank, detect.Round(time.Millisecond))
+				if jb.shm == "" && detect >= time.Second {
+					// Silence would take --peer-timeout (1s) after the last
+					// heartbeat: shared memory's end-of-file must come first.
+					t.Errorf("rank %d detected the loss %v after the last heartbeat, not at the end-of-file of its shared memory", res.Rank, detect)
+				}
 				t.Logf("rank %d finished %v after the kill", res.Rank, time.Since(killed).Round(time.Millisecond))
 			}
 			if len(digests) != 1 {
 				t.Errorf("the survivors ended with %d digests: %v", len(digests), digests)
 			}
 			checkPositions(t, p, []int{victim}, jb.iters)
+			if left := sharedMemoryLeft(t, p.Peers); len(left) > 0 {
+				t.Errorf("after the job, its shared-memory objects remain: %v", left)
+			}
 			matchSingleWorker(t, dir, args, 0, 1, 3)
 		})
 	}
@@ -584,4 +603,49 @@ func TestStopThreeOfFive(t *testing.T) {
 	if len(digests) != 1 {
 		t.Errorf("the workers ended with %d digests: %v", len(digests), digests)
 	}
+}
+
+// recoveredDetect returns the detect phase of the first "recovered" line
+// in a worker's JSON log: from the lost worker's last heartbeat to the
+// first recovery round.
+func recoveredDetect(log string) (time.Duration, bool) {
+	m := regexp.MustCompile(`"recovered[^\n]*?"detect":([0-9.]+)`).FindStringSubmatch(log)
+	if m == nil {
+		m = regexp.MustCompile(`"detect":([0-9.]+)[^\n]*"recovered`).FindStringSubmatch(log)
+	}
+	if m == nil {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(m[1], 64)
+	return time.Duration(ms * float64(time.Millisecond)), err == nil
+}
+
+// sharedMemoryLeft lists what a job of processes with data addresses
+// peers left of its shared memory once they have all exited: named
+// objects in /dev/shm (the path makes none: its rings are memfds) and
+// the abstract sockets its workers listened on, which end with them.
+func sharedMemoryLeft(t *testing.T, peers []string) []string {
+	t.Helper()
+	var left []string
+	if ents, err := os.ReadDir("/dev/shm"); err == nil {
+		for _, e := range ents {
+			if strings.Contains(e.Name(), "gyre") {
+				left = append(left, "/dev/shm/"+e.Name())
+			}
+		}
+	}
+	unix, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Logf("cannot list Unix sockets: %v", err)
+		return left
+	}
+	for _, addr := range peers {
+		_, port, _ := strings.Cut(addr, ":")
+		for _, kind := range []string{"quic", "tcp"} {
+			if name := "@gyre/" + kind + "/" + port + "/"; strings.Contains(string(unix), name) {
+				left = append(left, name)
+			}
+		}
+	}
+	return left
 }
