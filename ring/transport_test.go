@@ -14,9 +14,12 @@ import (
 	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
-// realComms starts n ranks over real transports of kind ("tcp" or "quic")
-// on 127.0.0.1, connected to each other, and returns their Comms, whose
-// Config adjust may change (if not nil).
+// realComms starts n ranks over real transports of kind on 127.0.0.1,
+// connected to each other, and returns their Comms, whose Config adjust
+// may change (if not nil). kind is "tcp" or "quic"; "shm", quic with
+// every link through shared memory; or "mixed", tcp with shared memory
+// on the even ranks only, so that links between them are shared memory
+// and the others TCP.
 func realComms(t *testing.T, kind string, n int, adjust func(*Config)) []*Comm {
 	t.Helper()
 	ca := transporttest.NewCA(t)
@@ -30,10 +33,11 @@ func realComms(t *testing.T, kind string, n int, adjust func(*Config)) []*Comm {
 			transport.Listener
 		}
 		switch kind {
-		case "tcp":
-			tr = transporttest.Start(t, tcp.Config{ID: id, Identity: ident, Listen: "127.0.0.1:0"}, nil, tcp.New)
-		case "quic":
-			tr = transporttest.Start(t, quic.Config{ID: id, Identity: ident, Listen: "127.0.0.1:0"}, nil, quic.New)
+		case "tcp", "mixed":
+			shm := kind == "mixed" && i%2 == 0
+			tr = transporttest.Start(t, tcp.Config{ID: id, Identity: ident, Listen: "127.0.0.1:0", SharedMemory: shm}, nil, tcp.New)
+		case "quic", "shm":
+			tr = transporttest.Start(t, quic.Config{ID: id, Identity: ident, Listen: "127.0.0.1:0", SharedMemory: kind == "shm"}, nil, quic.New)
 		}
 		nodes[i] = transporttest.Node{ID: id, T: tr, Addr: tr.Addr()}
 		ids[i] = id
@@ -55,6 +59,34 @@ func realComms(t *testing.T, kind string, n int, adjust func(*Config)) []*Comm {
 		comms[r] = c
 	}
 	return comms
+}
+
+// TestSharedMemoryMatrix runs allreduce and reduce-scatter of every
+// dtype and op over shared memory alone and over a job that mixes it
+// with TCP, at lengths that split unevenly and chunk sizes that pipeline
+// (the 256 KiB a view on shared memory runs) or not.
+func TestSharedMemoryMatrix(t *testing.T) {
+	for _, kind := range []string{"shm", "mixed"} {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/n=%d", kind, n), func(t *testing.T) {
+				comms := realComms(t, kind, n, nil)
+				if kind == "shm" {
+					mustAll(t, each(comms, func(_ int, c *Comm) error { return c.SetChunk(256 << 10) }))
+				}
+				rng := rand.New(rand.NewPCG(uint64(n), 38))
+				for _, length := range []int{1, 1000, 1<<18 + 3} {
+					for _, op := range []wire.Op{wire.OpSum, wire.OpMin, wire.OpMax} {
+						testAllReduce[float32](t, comms, rng, op, length)
+						testAllReduce[int64](t, comms, rng, op, length/2+1)
+					}
+					testAllReduce[float64](t, comms, rng, wire.OpAvg, length)
+					testAllReduce[int32](t, comms, rng, wire.OpSum, length)
+					testReduceScatter[float32](t, comms, rng, wire.OpSum, length*n)
+				}
+				testAllReduce[float32](t, comms, rng, wire.OpSum, 3<<20) // 12 MiB: many chunks, the ring wrapped
+			})
+		}
+	}
 }
 
 func TestRealTransports(t *testing.T) {
