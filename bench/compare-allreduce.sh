@@ -8,24 +8,27 @@
 # Open MPI's driver ignores SIZES and runs its full sweep; only the sizes
 # Gyre ran are summarised.
 # Each round runs gyre bench allreduce, Gloo and Open MPI over TCP one after
-# the other, RUNS times; the tables go to bench/out/, and the summary gives,
+# the other, RUNS times (MPI=mpi-shm runs Open MPI over shared memory
+# instead, and GLOO=0 leaves Gloo out); the tables go to bench/out/, and
+# the summary gives,
 # per size, each tool's median busbw and time, and the median over rounds of
 # the per-round ratios gyre/peer (busbw: above 1 is faster; time: below 1 is faster).
 set -eu
-[ $# -ge 4 ] || { sed -n '2,13p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,15p' "$0" | cut -c3- >&2; exit 2; }
 [ -f "$1/run.sh" ] || { echo "compare-allreduce: the first argument must be the reference peers' directory, \$PEERS (see README), with run.sh in it; got '$1'" >&2; exit 2; }
 peers=$(cd "$1" && pwd); n=$2; runs=$3; sizes=$4; shift 4
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/bench/out/compare-n$n-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 gyre="$out/gyre"
+mpi=${MPI:-mpi-tcp}
 (cd "$here" && go build -o "$gyre" ./cmd/gyre)
 gsizes=$(echo "$sizes" | tr ',' '\n' | awk '{printf "%s%s", sep, $1; sep=","}')
-echo "# compare-allreduce n=$n runs=$runs sizes=$sizes gyre flags: $*" | tee "$out/summary.txt"
+echo "# compare-allreduce n=$n runs=$runs sizes=$sizes open mpi: $mpi gyre flags: $*" | tee "$out/summary.txt"
 for r in $(seq 1 "$runs"); do
   "$gyre" --log-level error bench allreduce -n "$n" --sizes "$gsizes" "$@" > "$out/gyre.$r" 2>/dev/null
-  SIZES="$sizes" sh "$peers/run.sh" gloo "$n" > "$out/gloo.$r" 2>/dev/null
-  SIZES="$sizes" sh "$peers/run.sh" mpi-tcp "$n" > "$out/mpi.$r" 2>/dev/null || true
+  if [ "${GLOO:-1}" = 1 ]; then SIZES="$sizes" sh "$peers/run.sh" gloo "$n" > "$out/gloo.$r" 2>/dev/null; fi
+  SIZES="$sizes" sh "$peers/run.sh" "$mpi" "$n" > "$out/mpi.$r" 2>/dev/null || true
   echo "round $r done" >&2
 done
 # Rows are: size_bytes count med min algbw busbw iters chk.
@@ -58,5 +61,5 @@ awk -v runs="$runs" '
       }
     }
     for (tl in bad) printf "WARNING: %s reported a failed check\n", tl
-  }' "$out"/gyre.* "$out"/gloo.* "$out"/mpi.* | tee -a "$out/summary.txt"
+  }' "$out"/gyre.* $(ls "$out"/gloo.* 2>/dev/null) "$out"/mpi.* | tee -a "$out/summary.txt"
 echo "tables in $out" >&2

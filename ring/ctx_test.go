@@ -121,3 +121,58 @@ func testCancelledContext(t *testing.T, poll time.Duration) {
 		t.Fatalf("%d contexts handed to the transport had a nil Err after their Done closed", n)
 	}
 }
+
+// pollRecorder is a transport that records the longest poll any Recv
+// was asked for (transport.WithPoll).
+type pollRecorder struct {
+	transport.Transport
+	longest atomic.Int64
+}
+
+func (p *pollRecorder) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	if d := int64(transport.PollFrom(ctx)); d > p.longest.Load() {
+		p.longest.Store(d)
+	}
+	return p.Transport.Recv(ctx, peer, ch, buf)
+}
+
+// TestPollAllLargeCollectives: a collective too large to run inline
+// polls its receives only with SetPollAll, and still sums right.
+func TestPollAllLargeCollectives(t *testing.T) {
+	for _, all := range []bool{false, true} {
+		cl := newCluster(t, 2, nil)
+		recs := make([]*pollRecorder, 2)
+		for r := range cl.trs {
+			recs[r] = &pollRecorder{Transport: cl.trs[r]}
+			cl.trs[r] = recs[r]
+		}
+		comms := cl.newComms(t, cl.ids, nil)
+		for _, c := range comms {
+			if err := c.SetPoll(50 * time.Microsecond); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetPollAll(all); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bufs := [][]float32{make([]float32, 1<<18), make([]float32, 1<<18)}
+		for r := range bufs {
+			for i := range bufs[r] {
+				bufs[r][i] = float32(r + 1)
+			}
+		}
+		mustAll(t, each(comms, func(r int, c *Comm) error { return AllReduce(t.Context(), c, wire.OpSum, bufs[r]) }))
+		if bufs[0][0] != 3 || bufs[1][len(bufs[1])-1] != 3 {
+			t.Fatalf("sums %v and %v, want 3", bufs[0][0], bufs[1][len(bufs[1])-1])
+		}
+		for r, rec := range recs {
+			if polled := rec.longest.Load() > 0; polled != all {
+				t.Errorf("SetPollAll(%v): rank %d's receives of 1 MiB polled: %v", all, r, polled)
+			}
+		}
+		comms[0].Close()
+		if err := comms[0].SetPollAll(false); !errors.Is(err, ErrClosed) {
+			t.Fatalf("SetPollAll on a closed Comm = %v, want ErrClosed", err)
+		}
+	}
+}

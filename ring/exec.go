@@ -495,9 +495,10 @@ func (o *op) recv(x *Xfer, buf []byte) error {
 	peer := c.members[x.Peer]
 	// An inline collective's receives may poll (SetPoll): no walker of
 	// this Comm needs the core meanwhile. Once a stalled send handed the
-	// receives to the second walker, the caller's sends need it.
+	// receives to the second walker, the caller's sends need it. With
+	// SetPollAll every collective's receives poll.
 	var ctx context.Context = o.ctx
-	if o.inline && c.pollCtx != nil && o.stall.Load() != stallHanded {
+	if (o.inline || c.pollAll) && c.pollCtx != nil && o.stall.Load() != stallHanded {
 		ctx = c.pollCtx
 	}
 	for {

@@ -144,14 +144,14 @@ func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
 			poll = smallPoll
 		}
 		p.Poll = &poll
-		chunk := ring.DefaultChunkBytes
-		if t.allShared() {
+		chunk, shared := ring.DefaultChunkBytes, t.allShared()
+		if shared {
 			chunk = sharedMemoryChunk
 		}
-		p.Chunk = &chunk
+		p.Chunk, p.PollAll = &chunk, &shared
 		env.Log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
 			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
-			Int64("poll_us", poll.Microseconds()).Int("chunk_bytes", chunk).Dur("took", time.Since(start)).Msg("cost model from link probes")
+			Int64("poll_us", poll.Microseconds()).Bool("poll_all", shared).Int("chunk_bytes", chunk).Dur("took", time.Since(start)).Msg("cost model from link probes")
 	}
 	return p, nil
 }

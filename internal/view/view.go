@@ -165,12 +165,15 @@ func (v *View) Begun() uint64 {
 // Probed is what a view's link probes chose: a ring order (nil: keep the
 // current one), a cost model (nil: keep the current one), how long
 // small collectives' receives poll (ring.Comm.SetPoll; nil: keep it),
-// and the data ring's pipeline chunk (ring.Comm.SetChunk; nil: keep it).
+// whether every data collective's receives poll, not only small ones'
+// (ring.Comm.SetPollAll; nil: keep it), and the data ring's pipeline
+// chunk (ring.Comm.SetChunk; nil: keep it).
 type Probed struct {
-	Order []int
-	Model *ring.CostModel
-	Poll  *time.Duration
-	Chunk *int
+	Order   []int
+	Model   *ring.CostModel
+	Poll    *time.Duration
+	PollAll *bool
+	Chunk   *int
 }
 
 // RingOrder returns the view's ring order as ranks, rank order if none
@@ -201,6 +204,11 @@ func (v *View) SetProbed(p Probed) error {
 		}
 		// The control channel's boundary votes are small collectives too.
 		if err := v.Ctrl.SetPoll(*p.Poll); err != nil {
+			return err
+		}
+	}
+	if p.PollAll != nil {
+		if err := v.Data.SetPollAll(*p.PollAll); err != nil {
 			return err
 		}
 	}
