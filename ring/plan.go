@@ -32,12 +32,13 @@ const (
 	AlgoRingAllGather          // allgather on the ring
 	AlgoRingBroadcast          // broadcast: pipelined chain from the root around the ring
 	AlgoBarrier                // dissemination barrier
+	AlgoHierarchical           // allreduce: reduce-scatter in each machine, allreduce across, allgather in each
 	algoEnd
 )
 
 func (a Algo) String() string {
 	names := [...]string{"none", "ring", "recursive-doubling", "ring-reduce-scatter",
-		"ring-allgather", "ring-broadcast", "barrier"}
+		"ring-allgather", "ring-broadcast", "barrier", "hierarchical"}
 	if int(a) < len(names) {
 		return names[a]
 	}
