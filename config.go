@@ -85,12 +85,20 @@ const (
 const (
 	// AlgoAuto runs recursive doubling below the size from which the
 	// ring's cost model, measured by the view's link probes, predicts the
-	// ring to be faster, the ring from there (ring.CostModel.Threshold).
+	// ring to be faster, the ring from there (ring.CostModel.Threshold),
+	// or the hierarchical allreduce where the view spans several machines
+	// of as many workers each and the models predict it faster
+	// (ring.Hierarchy).
 	AlgoAuto = config.AlgoAuto
 	// AlgoRing always runs the pipelined ring.
 	AlgoRing = config.AlgoRing
 	// AlgoDoubling always runs recursive doubling.
 	AlgoDoubling = config.AlgoDoubling
+	// AlgoHierarchical runs the hierarchical allreduce (a reduce-scatter
+	// inside each machine, an allreduce across machines, an allgather
+	// inside each) wherever the ring would run and the view spans several
+	// machines of as many workers each; the ring otherwise.
+	AlgoHierarchical = config.AlgoHierarchical
 )
 
 // Gossip timing presets accepted by Config.GossipTiming.
@@ -267,8 +275,9 @@ type Config struct {
 	RingOrder string
 	// Algo is the allreduce algorithm: AlgoAuto (default) chooses by
 	// size, from a cost model fitted to what every view's link probes
-	// measured (View.CostModel, View.SmallBytes); AlgoRing or
-	// AlgoDoubling pins one and probes nothing for it, so that the sums run in
+	// measured (View.CostModel, View.SmallBytes); AlgoRing,
+	// AlgoDoubling or AlgoHierarchical pins one (the last probes the links
+	// to learn the machines), so that the sums run in
 	// the same order whatever the sizes and the model say (the result is
 	// bit-identical on every rank either way; pinning keeps it so from
 	// one run to the next).

@@ -61,6 +61,11 @@ type Options struct {
 	// address of a socket that reads nothing, while it dials out from its
 	// real one. Real transports only.
 	Unreachable func(index int) bool
+	// Machine, if set, gives the worker of each index the machine its
+	// link probes report, so that the workers of this one process stand
+	// for several machines (the hierarchical allreduce's); "" keeps the
+	// real one.
+	Machine func(index int) string
 }
 
 // Cluster is N workers joined in this process.
@@ -138,7 +143,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.Workers[r], c.Errs[r] = gyre.Join(c.hooked(ctx, cfg), cfg, opts...)
+			c.Workers[r], c.Errs[r] = gyre.Join(c.hooked(ctx, r, cfg), cfg, opts...)
 		}()
 	}
 	wg.Wait()
@@ -243,15 +248,21 @@ func (c *Cluster) options(tb testing.TB, r int, id transport.PeerID, cfg gyre.Co
 }
 
 // hooked returns ctx carrying, with Options.Gossip, the cut that
-// Partition puts in the gossip of the worker of cfg: a test seam, which
-// reaches the worker through package testhook, not the public API.
-func (c *Cluster) hooked(ctx context.Context, cfg gyre.Config) context.Context {
-	if !c.o.Gossip {
+// Partition puts in the gossip of the worker of cfg, and its
+// Options.Machine: test seams, which reach the worker through package
+// testhook, not the public API.
+func (c *Cluster) hooked(ctx context.Context, index int, cfg gyre.Config) context.Context {
+	if !c.o.Gossip && c.o.Machine == nil {
 		return ctx
 	}
 	self := cfg.Listen
 	return testhook.With(ctx, func(h *testhook.Hooks) {
-		h.GossipBlock = func(addr string) bool { return c.gossipCut(self, addr) }
+		if c.o.Gossip {
+			h.GossipBlock = func(addr string) bool { return c.gossipCut(self, addr) }
+		}
+		if c.o.Machine != nil {
+			h.Machine = c.o.Machine(index)
+		}
 	})
 }
 
@@ -361,7 +372,7 @@ func (c *Cluster) AddJoiner(tb testing.TB, seeds ...string) *Joiner {
 	go func() {
 		defer close(j.done)
 		defer cancel()
-		j.w, j.err = gyre.Join(c.hooked(ctx, cfg), cfg, opts...)
+		j.w, j.err = gyre.Join(c.hooked(ctx, r, cfg), cfg, opts...)
 	}()
 	tb.Cleanup(func() {
 		<-j.done

@@ -230,22 +230,30 @@ type Probes struct {
 // measured is DefaultCostModel's. The result depends on p and order
 // alone, so every rank that holds the same table fits the same model.
 func FitCostModel(p Probes, order []int) CostModel {
-	m := DefaultCostModel
 	n := len(p.Speed)
 	if order == nil {
 		order = RankOrder(n)
 	}
+	return fitRings(p, [][]int{order})
+}
+
+// fitRings is FitCostModel for the links of several rings: the slowest
+// of all their links, the longest latency.
+func fitRings(p Probes, rings [][]int) CostModel {
+	m := DefaultCostModel
 	beta, alpha := math.Inf(1), 0.0
-	for i, a := range order {
-		b := order[(i+1)%len(order)]
-		if a == b {
-			continue
-		}
-		if s := max(at(p.Speed, a, b), at(p.Speed, b, a)); s > 0 {
-			beta = min(beta, s)
-		}
-		if l := quicker(at(p.Latency, a, b), at(p.Latency, b, a)); l > 0 {
-			alpha = max(alpha, l)
+	for _, order := range rings {
+		for i, a := range order {
+			b := order[(i+1)%len(order)]
+			if a == b {
+				continue
+			}
+			if s := max(at(p.Speed, a, b), at(p.Speed, b, a)); s > 0 {
+				beta = min(beta, s)
+			}
+			if l := quicker(at(p.Latency, a, b), at(p.Latency, b, a)); l > 0 {
+				alpha = max(alpha, l)
+			}
 		}
 	}
 	if !math.IsInf(beta, 1) {

@@ -373,7 +373,7 @@ func (c *Comm) SetOrder(order []int) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	c.plans = planCache{order: slices.Clone(order)}
+	c.plans = planCache{order: slices.Clone(order), groups: c.plans.groups}
 	return nil
 }
 
@@ -509,7 +509,24 @@ func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 // AllReduceAlgo returns the algorithm an allreduce of bytes bytes runs:
 // AlgoRecursiveDoubling below SmallBytes, else AlgoRing.
 func (c *Comm) AllReduceAlgo(bytes int) Algo {
-	return Choose(len(c.members), bytes, c.tune.Load().small)
+	t := c.tune.Load()
+	n := len(c.members)
+	algo := Choose(n, bytes, t.small)
+	if algo == AlgoRing && t.hier != nil && (t.hierAlways || t.hier.AllReduce(bytes) < t.model.Ring(n, bytes)) {
+		return AlgoHierarchical
+	}
+	return algo
+}
+
+// PredictAllReduce returns the time in seconds the Comm's models predict
+// for an uncompressed allreduce of bytes bytes, by the algorithm
+// AllReduceAlgo picks.
+func (c *Comm) PredictAllReduce(bytes int) float64 {
+	t := c.tune.Load()
+	if c.AllReduceAlgo(bytes) == AlgoHierarchical {
+		return t.hier.AllReduce(bytes)
+	}
+	return t.model.AllReduce(len(c.members), bytes, t.small)
 }
 
 // SmallBytes returns the allreduce size from which the ring runs
@@ -526,10 +543,12 @@ func (c *Comm) AutoCompression(bytes int) wire.DType {
 	return t.model.Compression(len(c.members), bytes, t.small)
 }
 
-// tuning is what SetCostModel sets.
+// tuning is what SetCostModel and SetHierarchy set.
 type tuning struct {
-	model CostModel
-	small int
+	model      CostModel
+	small      int
+	hier       *Hierarchy
+	hierAlways bool
 }
 
 // CostModel returns the model the Comm predicts with: DefaultCostModel
@@ -549,13 +568,42 @@ func (c *Comm) SetCostModel(m CostModel) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	t := &tuning{model: m, small: c.tune.Load().small}
+	t := *c.tune.Load()
+	t.model = m
 	if c.autoSmall {
 		t.small = m.Threshold(len(c.members))
 	}
-	c.tune.Store(t)
+	c.tune.Store(&t)
 	return nil
 }
+
+// SetHierarchy lets allreduce run the hierarchical algorithm over h's
+// machines (Hierarchical): always, from the size at which the ring would
+// run, if always is set; otherwise where h's models predict it faster
+// than the flat ring the Comm's cost model predicts (Hierarchy.AllReduce,
+// CostModel.Ring). Compressed allreduces keep the flat ring. nil turns it
+// off. Every member must make the same change between the same two
+// collectives, as for SetCostModel.
+func (c *Comm) SetHierarchy(h *Hierarchy, always bool) error {
+	if err := h.validate(len(c.members)); err != nil {
+		return err
+	}
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	t := *c.tune.Load()
+	t.hier, t.hierAlways = h, always && h != nil
+	c.tune.Store(&t)
+	c.plans = planCache{order: c.plans.order}
+	if h != nil {
+		c.plans.groups = h.Groups
+	}
+	return nil
+}
+
+// Hierarchy returns what SetHierarchy set: nil for none.
+func (c *Comm) Hierarchy() *Hierarchy { return c.tune.Load().hier }
 
 // SetPoll lets the receives of collectives small enough to run on the
 // caller's goroutine poll the transport for up to d before they sleep
@@ -617,6 +665,9 @@ func (c *Comm) AllReduceCompressed(ctx context.Context, dtype wire.DType, wop wi
 	// The algorithm follows the caller's bytes, not the wire's, so a
 	// compressed collective runs the plan of the uncompressed one.
 	algo := c.AllReduceAlgo(len(data))
+	if algo == AlgoHierarchical && wireType != wire.DTypeBytes {
+		algo = AlgoRing // the hierarchy's phases do not forward wire images
+	}
 	return c.collective(ctx, planKey{algo: algo}, dtype, wop, data, wireType)
 }
 
@@ -684,7 +735,7 @@ func (c *Comm) runCollective(ctx context.Context, key planKey, dtype wire.DType,
 	var scale float64
 	reducing := false
 	switch key.algo {
-	case AlgoRing, AlgoRecursiveDoubling, AlgoRingReduceScatter:
+	case AlgoRing, AlgoRecursiveDoubling, AlgoRingReduceScatter, AlgoHierarchical:
 		reducing = true
 		if kop, scale, err = reduction(dtype, kdt, wop, len(c.members)); err != nil {
 			return err
@@ -703,7 +754,7 @@ func (c *Comm) runCollective(ctx context.Context, key planKey, dtype wire.DType,
 	defer c.mu.Unlock()
 	key.n, key.rank, key.length = len(c.members), c.cfg.Rank, length
 	switch key.algo {
-	case AlgoRing, AlgoRingReduceScatter, AlgoRingAllGather, AlgoRingBroadcast:
+	case AlgoRing, AlgoRingReduceScatter, AlgoRingAllGather, AlgoRingBroadcast, AlgoHierarchical:
 		key.chunk = c.chunkElems(es)
 	}
 	e, err := c.plans.get(key)
@@ -793,7 +844,8 @@ type planEntry struct {
 // shapes (its buckets), so a small cache replaced round robin holds them
 // all, and looking one up is a short linear scan.
 type planCache struct {
-	order   []int // the ring order every ring plan follows
+	order   []int   // the ring order every ring plan follows
+	groups  [][]int // the machines of hierarchical plans (SetHierarchy)
 	keys    [planCacheSize]planKey
 	entries [planCacheSize]*planEntry
 	next    int
@@ -822,6 +874,11 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 		p, err = ringBroadcast(pc.order, k.n, k.rank, k.root, k.length, k.chunk)
 	case AlgoBarrier:
 		p, err = Barrier(k.n, k.rank)
+	case AlgoHierarchical:
+		if pc.groups == nil {
+			return nil, invalid("a hierarchical allreduce without SetHierarchy")
+		}
+		p, err = Hierarchical(pc.groups, k.rank, k.length, k.chunk)
 	default:
 		err = fmt.Errorf("%w: algorithm %v", ErrInvalid, k.algo)
 	}
@@ -840,7 +897,7 @@ func (pc *planCache) get(k planKey) (*planEntry, error) {
 		e.peerSendElems = max(e.peerSendElems, elems[x.Peer])
 		e.peerSendMsgs = max(e.peerSendMsgs, msgs[x.Peer])
 	}
-	if k.algo != AlgoRecursiveDoubling && k.algo != AlgoBarrier {
+	if k.algo != AlgoRecursiveDoubling && k.algo != AlgoBarrier && k.algo != AlgoHierarchical {
 		e.forwards, e.keeps = forwardedImages(p)
 	}
 	pc.keys[pc.next], pc.entries[pc.next] = k, e

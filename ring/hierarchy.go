@@ -1,5 +1,7 @@
 package ring
 
+import "errors"
+
 // A hierarchical allreduce serves jobs with several ranks on each of
 // several machines, where links inside a machine (shared memory) are much
 // faster than links between machines. With L ranks on each of M machines:
@@ -148,4 +150,64 @@ func Hierarchical(groups [][]int, rank, length, chunkElems int) (Plan, error) {
 	// An overwriting receive of phase 3 may write a span a send of phase 1
 	// read: order it after that send, as within one ring plan.
 	return orderOverwrites(p), nil
+}
+
+// Hierarchy is what a Comm needs to run the hierarchical allreduce: the
+// machines (Groups) and the cost models of the rings inside them (Local)
+// and across them (Cross), which predict when it beats the flat ring.
+type Hierarchy struct {
+	Groups       [][]int
+	Local, Cross CostModel
+}
+
+// FitHierarchy returns the hierarchy of a view whose rank r is on
+// machine[r], with cost models fitted to p as FitCostModel fits the flat
+// ring's, or nil if Groups finds none. It depends on its arguments alone,
+// so every rank that holds the same table fits the same.
+func FitHierarchy(p Probes, machine []int) *Hierarchy {
+	groups := Groups(machine)
+	if groups == nil {
+		return nil
+	}
+	l := len(groups[0])
+	cross := make([][]int, l)
+	for i := range l {
+		for _, g := range groups {
+			cross[i] = append(cross[i], g[i])
+		}
+	}
+	return &Hierarchy{Groups: groups, Local: fitRings(p, groups), Cross: fitRings(p, cross)}
+}
+
+// AllReduce returns the predicted time in seconds of a hierarchical
+// allreduce of bytes bytes: the reduce-scatter and the allgather inside
+// a machine of L ranks, each (L-1) hops and (L-1)/L of the buffer, the
+// first paced by the slower of the link and the reduction; and between
+// them the ring allreduce of an L-th of the buffer across the M machines.
+// The phases do not overlap.
+func (h *Hierarchy) AllReduce(bytes int) float64 {
+	l, m := len(h.Groups[0]), len(h.Groups)
+	f := float64(l-1) / float64(l)
+	lo := h.Local
+	inside := 2*float64(l-1)*lo.Alpha + f*float64(bytes)*(max(1/lo.Beta, 1/lo.Gamma)+1/lo.Beta)
+	return inside + h.Cross.Ring(m, (bytes+l-1)/l)
+}
+
+// validate checks h against a Comm of n members.
+func (h *Hierarchy) validate(n int) error {
+	if h == nil {
+		return nil
+	}
+	if err := errors.Join(h.Local.Validate(), h.Cross.Validate()); err != nil {
+		return err
+	}
+	total := 0
+	for _, g := range h.Groups {
+		total += len(g)
+	}
+	if total != n {
+		return invalid("hierarchy of %d ranks for %d members", total, n)
+	}
+	_, err := Hierarchical(h.Groups, h.Groups[0][0], 0, 1)
+	return err
 }

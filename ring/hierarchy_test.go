@@ -3,8 +3,11 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/gyre-ml/gyre/internal/wire"
 )
 
 func TestGroups(t *testing.T) {
@@ -119,6 +122,86 @@ func TestHierarchicalTraffic(t *testing.T) {
 		}
 		if want := 2 * (m - 1) * (length / l) / m; remote != want {
 			t.Errorf("rank %d sends %d elements across machines, want %d", r, remote, want)
+		}
+	}
+}
+
+// TestHierarchicalComm runs the hierarchical allreduce through Comms,
+// over the in-memory transport and over QUIC with shared memory, for
+// every dtype and op: each rank ends with the same reference result.
+func TestHierarchicalComm(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		comms  func(t *testing.T) []*Comm
+		groups [][]int
+	}{
+		{"mem/2x2", func(t *testing.T) []*Comm { return newCluster(t, 4, func(c *Config) { c.ChunkBytes = 64 }).comms }, [][]int{{0, 1}, {2, 3}}},
+		{"mem/2x3-interleaved", func(t *testing.T) []*Comm { return newCluster(t, 6, func(c *Config) { c.ChunkBytes = 256 }).comms }, [][]int{{0, 2, 4}, {1, 3, 5}}},
+		{"shm/2x2", func(t *testing.T) []*Comm { return realComms(t, "shm", 4, nil) }, [][]int{{0, 2}, {1, 3}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := tc.comms(t)
+			h := &Hierarchy{Groups: tc.groups, Local: DefaultCostModel, Cross: DefaultCostModel}
+			mustAll(t, each(comms, func(_ int, c *Comm) error { return c.SetHierarchy(h, true) }))
+			if got := comms[0].AllReduceAlgo(1 << 20); got != AlgoHierarchical {
+				t.Fatalf("AllReduceAlgo(1 MiB) = %v with the hierarchy always on", got)
+			}
+			rng := rand.New(rand.NewPCG(uint64(len(comms)), 38))
+			for _, length := range []int{0, 1, 7, 1009, 100_003} {
+				for _, op := range []wire.Op{wire.OpSum, wire.OpMin, wire.OpMax, wire.OpAvg} {
+					testAllReduce[float32](t, comms, rng, op, length)
+					testAllReduce[float64](t, comms, rng, op, length)
+					if op != wire.OpAvg {
+						testAllReduce[int64](t, comms, rng, op, length)
+						testAllReduce[int32](t, comms, rng, op, length)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSetHierarchy: the models decide where the hierarchy runs, the same
+// on every rank; ranks that disagree fail with ErrMismatch; a hierarchy
+// that does not fit the Comm is refused; nil turns it off.
+func TestSetHierarchy(t *testing.T) {
+	cl := newCluster(t, 4, nil)
+	c := cl.comms[0]
+	if err := c.SetHierarchy(&Hierarchy{Groups: [][]int{{0, 1}, {2}}, Local: DefaultCostModel, Cross: DefaultCostModel}, false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetHierarchy of unequal machines = %v, want ErrInvalid", err)
+	}
+	if err := c.SetHierarchy(&Hierarchy{Groups: [][]int{{0, 1}, {2, 3}}}, false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetHierarchy without models = %v, want ErrInvalid", err)
+	}
+	// Fast links inside the machines, slow between them: the flat ring
+	// crosses the slow link at every step; the hierarchy carries a
+	// quarter of the bytes across, from sizes where the hops do not count.
+	fast := CostModel{Alpha: 5e-6, Beta: 5e9, Gamma: 10e9, Encode: 4e9, Decode: 8e9}
+	slow := CostModel{Alpha: 50e-6, Beta: 0.1e9, Gamma: 10e9, Encode: 4e9, Decode: 8e9}
+	h := &Hierarchy{Groups: [][]int{{0, 1}, {2, 3}}, Local: fast, Cross: slow}
+	mustAll(t, each(cl.comms, func(_ int, c *Comm) error {
+		return errors.Join(c.SetCostModel(slow), c.SetHierarchy(h, false))
+	}))
+	small, large := c.SmallBytes(), 16<<20
+	if got := c.AllReduceAlgo(large); got != AlgoHierarchical {
+		t.Errorf("16 MiB over a slow link between machines runs %v, want the hierarchy", got)
+	}
+	if got := c.AllReduceAlgo(small - 1); got != AlgoRecursiveDoubling {
+		t.Errorf("below the ring's threshold: %v, want recursive doubling", got)
+	}
+	if p, want := c.PredictAllReduce(large), h.AllReduce(large); p != want {
+		t.Errorf("PredictAllReduce(16 MiB) = %v, want the hierarchy's %v", p, want)
+	}
+	// Rank 3 turns it off alone: the next allreduce fails everywhere.
+	if err := cl.comms[3].SetHierarchy(nil, false); err != nil {
+		t.Fatal(err)
+	}
+	errs := each(cl.comms, func(r int, c *Comm) error {
+		return AllReduce(t.Context(), c, wire.OpSum, make([]float32, large/4))
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) {
+			t.Errorf("rank %d, hierarchies that differ: %v, want ErrMismatch", r, err)
 		}
 	}
 }

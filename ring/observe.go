@@ -67,7 +67,7 @@ const (
 // unknown values.
 func (a Algo) Op() string {
 	switch a {
-	case AlgoRing, AlgoRecursiveDoubling:
+	case AlgoRing, AlgoRecursiveDoubling, AlgoHierarchical:
 		return OpAllReduce
 	case AlgoRingReduceScatter:
 		return OpReduceScatter

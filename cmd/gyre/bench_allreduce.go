@@ -79,7 +79,7 @@ func newBenchAllReduceCmd(c *cli) *cobra.Command {
 	f.BoolVar(&fl.check, "check", true, "verify every element of the first allreduce per size (the chk column)")
 	f.StringVar(&fl.jsonFile, "json", "", "also write the report, with every iteration's time, as JSON to this file")
 	f.StringVar(&fl.ringOrder, "ring-order", "", "ring order: auto (probe the links, cross slow ones rarely) or fixed (address order) (empty: the job's, auto by default)")
-	f.StringVar(&fl.algo, "algo", "", "allreduce algorithm: auto (recursive doubling below the cost model's threshold, the ring from there), ring or doubling (empty: the job's, auto by default)")
+	f.StringVar(&fl.algo, "algo", "", "allreduce algorithm: auto (recursive doubling below the cost model's threshold, the ring or the hierarchical allreduce from there), ring, doubling or hierarchical (empty: the job's, auto by default)")
 	f.DurationVar(&fl.timeout, "timeout", 30*time.Minute, "give up after this long")
 	f.StringVar(&fl.report, "report", "", "where rank 0 writes its report (set by the launcher)")
 	f.MarkHidden("report")
@@ -114,9 +114,9 @@ func (fl allReduceFlags) options() (bench.AllReduceOptions, error) {
 		return bench.AllReduceOptions{}, errors.New("--op avg needs a float --dtype")
 	}
 	switch fl.algo {
-	case "", gyre.AlgoAuto, gyre.AlgoRing, gyre.AlgoDoubling:
+	case "", gyre.AlgoAuto, gyre.AlgoRing, gyre.AlgoDoubling, gyre.AlgoHierarchical:
 	default:
-		return bench.AllReduceOptions{}, fmt.Errorf("--algo %q: want auto, ring or doubling", fl.algo)
+		return bench.AllReduceOptions{}, fmt.Errorf("--algo %q: want auto, ring, doubling or hierarchical", fl.algo)
 	}
 	switch fl.ringOrder {
 	case "", gyre.RingOrderAuto, gyre.RingOrderFixed:

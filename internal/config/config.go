@@ -100,6 +100,10 @@ const (
 	AlgoRing = "ring"
 	// AlgoDoubling always runs recursive doubling.
 	AlgoDoubling = "doubling"
+	// AlgoHierarchical runs the hierarchical allreduce wherever the ring
+	// would run and the view spans several machines of as many workers
+	// each, the ring otherwise.
+	AlgoHierarchical = "hierarchical"
 )
 
 // Gossip timing presets accepted by Config.GossipTiming.
@@ -443,8 +447,8 @@ func (c Config) checkBatch(userShares bool) []error {
 	if c.RingOrder != RingOrderAuto && c.RingOrder != RingOrderFixed {
 		errs = append(errs, fmt.Errorf("RingOrder %q: want %q or %q", c.RingOrder, RingOrderAuto, RingOrderFixed))
 	}
-	if c.Algo != AlgoAuto && c.Algo != AlgoRing && c.Algo != AlgoDoubling {
-		errs = append(errs, fmt.Errorf("Algo %q: want %q, %q or %q", c.Algo, AlgoAuto, AlgoRing, AlgoDoubling))
+	if c.Algo != AlgoAuto && c.Algo != AlgoRing && c.Algo != AlgoDoubling && c.Algo != AlgoHierarchical {
+		errs = append(errs, fmt.Errorf("Algo %q: want %q, %q, %q or %q", c.Algo, AlgoAuto, AlgoRing, AlgoDoubling, AlgoHierarchical))
 	}
 	if c.GossipTiming != GossipLAN && c.GossipTiming != GossipLocal {
 		errs = append(errs, fmt.Errorf("GossipTiming %q: want %q or %q", c.GossipTiming, GossipLAN, GossipLocal))

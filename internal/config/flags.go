@@ -67,7 +67,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Balance, "balance", c.Balance, "how shares are decided: lbbsp (from measured compute times) or static (equal, or --shares) (empty: lbbsp)")
 	fs.BoolVar(&c.BalanceAllowZero, "balance-allow-zero", c.BalanceAllowZero, "let balancing give a very slow worker no samples")
 	fs.StringVar(&c.RingOrder, "ring-order", c.RingOrder, "ring order: auto (probe the links and cross slow ones rarely) or fixed (address order) (empty: auto)")
-	fs.StringVar(&c.Algo, "algo", c.Algo, "allreduce algorithm: auto (recursive doubling for small buffers, the ring for large), ring or doubling (empty: auto)")
+	fs.StringVar(&c.Algo, "algo", c.Algo, "allreduce algorithm: auto (recursive doubling for small buffers, the ring or the hierarchical allreduce for large), ring, doubling or hierarchical (empty: auto)")
 	fs.Uint64Var(&c.RNGSeed, "rng-seed", c.RNGSeed, "random seed of the sampler")
 	fs.IntVar(&c.BucketBytes, "bucket-bytes", c.BucketBytes, "gradient bucket size in bytes (0: 25 MiB)")
 	fs.StringVar(&c.Compress, "compress", c.Compress, "send float32 gradients as bf16 or fp16, or auto: bf16 only where the measured links are slow enough to gain (empty: none)")

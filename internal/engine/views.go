@@ -113,7 +113,7 @@ func (e *Engine) builder() view.Builder {
 // smallBytes is ring.Config.SmallBytes for Config.Algo.
 func smallBytes(algo string) int {
 	switch algo {
-	case config.AlgoRing:
+	case config.AlgoRing, config.AlgoHierarchical:
 		return -1
 	case config.AlgoDoubling:
 		return math.MaxInt
@@ -207,7 +207,8 @@ func (e *Engine) settleView(ctx context.Context) error {
 // partner, and the members waiting on that pair would blame a live one.
 func (e *Engine) probe(ctx context.Context, v *view.View, at int64) (view.Probed, error) {
 	env := probe.Env{T: e.links.T, Order: e.cfg.RingOrder == config.RingOrderAuto,
-		Tune: e.cfg.Algo == config.AlgoAuto || e.cfg.Compress == config.CompressAuto, Seq: uint64(at), Log: e.log,
+		Tune:   e.cfg.Algo == config.AlgoAuto || e.cfg.Algo == config.AlgoHierarchical || e.cfg.Compress == config.CompressAuto,
+		Always: e.cfg.Algo == config.AlgoHierarchical, Machine: e.opts.Test.Machine, Seq: uint64(at), Log: e.log,
 		Fail: func() { e.failAt(config.FailProbe, at) }, Span: e.span}
 	if e.live != nil {
 		// A joiner has no Recoverer yet, and its probes too must end.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"os"
 	"slices"
 	"time"
 
@@ -88,8 +89,12 @@ type Env struct {
 	T transport.Transport
 	// Order says the ring is ordered from the probes (RingOrder auto);
 	// Tune that the cost model and the poll come from them (Algo or
-	// Compress auto).
-	Order, Tune bool
+	// Compress auto, or Algo hierarchical); Always that the hierarchical
+	// allreduce runs wherever it applies (Algo hierarchical).
+	Order, Tune, Always bool
+	// Machine, if set, replaces this worker's machine (boot id and
+	// network namespace): a test's.
+	Machine string
 	// Seq tells this probe's messages from an earlier one's: the
 	// iteration it runs at.
 	Seq uint64
@@ -149,6 +154,12 @@ func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
 			chunk = sharedMemoryChunk
 		}
 		p.Chunk, p.PollAll = &chunk, &shared
+		p.Hierarchy, p.HierarchyAlways = ring.FitHierarchy(t.probes(hosts), t.hosts()), env.Always
+		if h := p.Hierarchy; h != nil {
+			env.Log.Info().Int("machines", len(h.Groups)).Int("per_machine", len(h.Groups[0])).
+				Float64("local_mb_s", h.Local.Beta/1e6).Float64("cross_mb_s", h.Cross.Beta/1e6).Bool("always", env.Always).
+				Int("from_bytes", hierarchyFrom(m, n, h)).Msg("hierarchical allreduce: the view spans machines")
+		}
 		env.Log.Info().Float64("alpha_us", m.Alpha*1e6).Float64("beta_mb_s", m.Beta/1e6).Float64("gamma_mb_s", m.Gamma/1e6).
 			Float64("encode_mb_s", m.Encode/1e6).Float64("decode_mb_s", m.Decode/1e6).Int("small_bytes", m.Threshold(n)).
 			Int64("poll_us", poll.Microseconds()).Bool("poll_all", shared).Int("chunk_bytes", chunk).Dur("took", time.Since(start)).Msg("cost model from link probes")
@@ -193,7 +204,8 @@ const (
 	coresOnline = kernelRates + 1 // kernels.Device.Online
 	machineID   = kernelRates + 2 // machineHash(kernels.Device.Boot)
 	allShared   = kernelRates + 3 // 1 if every link of the rank goes through shared memory
-	rowTail     = kernelRates + 4
+	hostID      = kernelRates + 4 // machineHash of its boot id and network namespace (hostOf)
+	rowTail     = kernelRates + 5
 )
 
 // machineHash is a boot id as a probe table's figure: FNV-1a, 0 for an
@@ -229,6 +241,47 @@ func sharedLinks(t transport.Transport, v *view.View) bool {
 		}
 	}
 	return true
+}
+
+// hostOf is a worker's machine for the hierarchical allreduce: its
+// kernel's boot id and its network namespace, so that the namespace
+// hosts of one kernel, whose links are network links, count apart (as
+// the shared-memory path counts them); override, if set, instead.
+func hostOf(override, boot string) string {
+	if override != "" {
+		return override
+	}
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil || boot == "" {
+		return "" // unknown: the ranks count as one machine each
+	}
+	return boot + " " + ns
+}
+
+// hosts returns each rank's hostID, a rank whose machine is unknown
+// counting as a machine of its own.
+func (t table) hosts() []int {
+	out := make([]int, t.n)
+	for r := range t.n {
+		id := t.row(r)[2*t.n+hostID]
+		if id == 0 {
+			id = -int64(r) - 1
+		}
+		out[r] = int(id)
+	}
+	return out
+}
+
+// hierarchyFrom returns the smallest power-of-two size from which the
+// hierarchy's model beats the flat ring's, for the log; 0 if none up to
+// 1 GiB.
+func hierarchyFrom(flat ring.CostModel, n int, h *ring.Hierarchy) int {
+	for s := 1 << 10; s <= 1<<30; s *= 2 {
+		if h.AllReduce(s) < flat.Ring(n, s) {
+			return s
+		}
+	}
+	return 0
 }
 
 // allShared reports whether every member reaches every other through
@@ -345,6 +398,7 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	if sharedLinks(env.T, v) {
 		own[2*n+allShared] = 1
 	}
+	own[2*n+hostID] = machineHash(hostOf(env.Machine, d.Boot))
 	if err := ring.AllGather(ctx, v.Ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}

@@ -20,6 +20,10 @@ type Hooks struct {
 	// and stuck-handshake notes (0: the defaults).
 	ReprobeEvery  int64
 	HandshakeNote time.Duration
+	// Machine, if set, replaces the worker's machine (its kernel's boot
+	// id and its network namespace) in its link probes, so that workers
+	// of one process can stand for several machines.
+	Machine string
 	// GossipBlock, if set, cuts the worker's gossip to the gossip
 	// addresses it reports true for, as a cut network would. It is called
 	// on gossip's goroutines.

@@ -166,14 +166,18 @@ func (v *View) Begun() uint64 {
 // current one), a cost model (nil: keep the current one), how long
 // small collectives' receives poll (ring.Comm.SetPoll; nil: keep it),
 // whether every data collective's receives poll, not only small ones'
-// (ring.Comm.SetPollAll; nil: keep it), and the data ring's pipeline
-// chunk (ring.Comm.SetChunk; nil: keep it).
+// (ring.Comm.SetPollAll; nil: keep it), the data ring's pipeline chunk
+// (ring.Comm.SetChunk; nil: keep it), and the machines with their
+// models for the hierarchical allreduce, always run where it applies if
+// HierarchyAlways (ring.Comm.SetHierarchy; applied with Model).
 type Probed struct {
-	Order   []int
-	Model   *ring.CostModel
-	Poll    *time.Duration
-	PollAll *bool
-	Chunk   *int
+	Order           []int
+	Model           *ring.CostModel
+	Poll            *time.Duration
+	PollAll         *bool
+	Chunk           *int
+	Hierarchy       *ring.Hierarchy
+	HierarchyAlways bool
 }
 
 // RingOrder returns the view's ring order as ranks, rank order if none
@@ -218,7 +222,10 @@ func (v *View) SetProbed(p Probed) error {
 		}
 	}
 	if p.Model != nil {
-		return v.Data.SetCostModel(*p.Model)
+		if err := v.Data.SetCostModel(*p.Model); err != nil {
+			return err
+		}
+		return v.Data.SetHierarchy(p.Hierarchy, p.HierarchyAlways)
 	}
 	return nil
 }
