@@ -24,6 +24,9 @@
 #   LOGLEVEL=L      the workers' log level (default warn)
 #   PROGRAM=PATH    run this trainer (one that embeds Gyre) instead of
 #                   gyre: GYRE_ARGS are then its arguments
+#   PER_HOST=K      K workers on each host (default 1): rank r on host
+#                   r/K+1, gossip port 7946+10·(r mod K); they reach each
+#                   other through shared memory, other hosts over the link
 # In GYRE_ARGS, @RANK@ becomes the worker's rank (for --metrics-file).
 #
 # It builds gyre, brings up N hosts, writes a cluster key, starts ranks N-1
@@ -31,7 +34,7 @@
 # output with the load before and after. The cluster is torn down on exit,
 # whatever happens.
 set -eu
-[ $# -ge 4 ] || { sed -n '2,30p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,33p' "$0" | cut -c3- >&2; exit 2; }
 [ -f "${1:-}" ] || { echo "cluster-job: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 n=$2 rate=$3
@@ -49,10 +52,14 @@ trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
 "$cluster" up "$n" "${RACKS:-1}"
 [ -z "${TRUNK:-}" ] || "$cluster" trunk "$TRUNK"
+k=${PER_HOST:-1}
+ranks=$((n * k))
 peers=""
 for i in $(seq 1 "$n"); do
   [ "$rate" = off ] || "$cluster" rate "$i" "$rate"
-  peers="$peers${peers:+,}$("$cluster" addr "$i"):7947"
+  for j in $(seq 0 $((k - 1))); do
+    peers="$peers${peers:+,}$("$cluster" addr "$i"):$((7947 + 10 * j))"
+  done
 done
 # cap I: host I's CPU cap from CPU, or empty.
 cap() { echo "${CPU:-}" | tr ',' '\n' | sed -n "${1}p" | grep -Ev '^(-|off|)$' || true; }
@@ -65,12 +72,13 @@ done
 # load and the busiest processes beside the results.
 load() { echo "load $1: $(uptime | sed 's/^ *//')"; ps -eo pcpu=,comm= --sort=-pcpu | grep -v ' ps$' | head -n 4 | sed 's/^/  busiest: /'; }
 { echo "hosts $n  rate $rate  cpu ${CPU:-none}  racks ${RACKS:-1}  trunk ${TRUNK:-none}  command: ${PROGRAM:-gyre} $*"; load before; } > "$out/load.txt"
-# worker RANK: rank RANK in host RANK+1, bound to that host's own address.
+# worker RANK: rank RANK in host RANK/K+1, bound to that host's own address.
 worker() {
   rank=$1; shift
-  addr=$("$cluster" addr $((rank + 1)))
+  host=$((rank / k + 1))
+  addr=$("$cluster" addr "$host")
   procs=""
-  [ -z "$(cap $((rank + 1)))" ] || procs="GOMAXPROCS=${MAXPROCS:-1}"
+  [ -z "$(cap "$host")" ] || procs="GOMAXPROCS=${MAXPROCS:-1}"
   # @RANK@ in an argument becomes the rank (arguments have no spaces).
   args=""
   for a in "$@"; do args="$args $(printf '%s' "$a" | sed "s/@RANK@/$rank/g")"; done
@@ -80,12 +88,12 @@ worker() {
     set -- "$gyre" --log-level "${LOGLEVEL:-warn}" --log-format json
   fi
   # shellcheck disable=SC2086
-  "$cluster" run $((rank + 1)) env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$n" \
-    GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:7946" \
+  "$cluster" run "$host" env $procs GYRE_PEERS="$peers" GYRE_RANK="$rank" GYRE_WORLD_SIZE="$ranks" \
+    GYRE_KEY_FILE="$out/cluster.key" GYRE_LISTEN="$addr:$((7946 + 10 * (rank % k)))" \
     "$@" $args
 }
 pids=""
-for r in $(seq $((n - 1)) -1 1); do
+for r in $(seq $((ranks - 1)) -1 1); do
   worker "$r" "$@" > "$out/rank$r.txt" 2> "$out/rank$r.log" &
   pids="$pids $!"
 done
@@ -117,11 +125,11 @@ done
 load after >> "$out/load.txt"
 
 cat "$out/rank0.txt"
-echo "# cluster: $n hosts ($peers), each link capped at $rate both ways"
+echo "# cluster: $n hosts, $k workers each ($peers), each link capped at $rate both ways"
 sed 's/^/# /' "$out/load.txt"
 if [ "$status" -ne 0 ]; then
   echo "cluster-job: a worker failed (status $status); logs:" >&2
-  for r in $(seq 0 $((n - 1))); do tail -n 20 "$out/rank$r.log" >&2; done
+  for r in $(seq 0 $((ranks - 1))); do tail -n 20 "$out/rank$r.log" >&2; done
 fi
 echo "outputs in $out" >&2
 exit "$status"

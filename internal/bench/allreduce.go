@@ -195,15 +195,28 @@ func (r AllReduceReport) WriteTable(w io.Writer) error {
 }
 
 // algorithms says which algorithm ran at which size: the ring from
-// SmallBytes, recursive doubling below.
+// SmallBytes, recursive doubling below, and the sizes at which the
+// hierarchical allreduce took the ring's place.
 func (r AllReduceReport) algorithms() string {
+	var s string
 	switch {
 	case r.SmallBytes <= 0:
-		return "ring at every size"
+		s = "ring at every size"
 	case r.SmallBytes == math.MaxInt:
-		return "recursive doubling at every size"
+		s = "recursive doubling at every size"
+	default:
+		s = fmt.Sprintf("recursive doubling below %d bytes, ring from there", r.SmallBytes)
 	}
-	return fmt.Sprintf("recursive doubling below %d bytes, ring from there", r.SmallBytes)
+	var hier []string
+	for _, row := range r.Rows {
+		if row.Algo == ring.AlgoHierarchical.String() {
+			hier = append(hier, FormatSize(row.SizeBytes))
+		}
+	}
+	if len(hier) > 0 {
+		s += "; hierarchical instead at " + strings.Join(hier, ", ")
+	}
+	return s
 }
 
 // ringString writes a ring order as ranks joined by dashes: 0-2-1-3.
@@ -234,13 +247,18 @@ func allReduceSize(ctx context.Context, c *ring.Comm, o AllReduceOptions, size i
 	if o.AutoCompress {
 		wt = c.AutoCompression(int(size))
 	}
-	m := c.CostModel()
-	predict := m.AllReduce
+	predicted := c.PredictAllReduce(int(size)) // the hierarchy's, where it runs
+	algo := c.AllReduceAlgo(int(size))
 	if wt != wire.DTypeBytes {
-		predict = m.AllReduceBF16 // fp16's kernels are slower; the model has bf16's
+		// fp16's kernels are slower; the model has bf16's. A compressed
+		// allreduce runs the flat ring where the hierarchy would run.
+		predicted = c.CostModel().AllReduceBF16(n, int(size), c.SmallBytes())
+		if algo == ring.AlgoHierarchical {
+			algo = ring.AlgoRing
+		}
 	}
-	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.iters(size), Check: "-", Algo: c.AllReduceAlgo(int(size)).String(),
-		Compress: compressName(wt), PredictedUS: predict(n, int(size), c.SmallBytes()) * 1e6}
+	row := AllReduceRow{SizeBytes: size, Count: size / es, Iters: o.iters(size), Check: "-", Algo: algo.String(),
+		Compress: compressName(wt), PredictedUS: predicted * 1e6}
 	buf := alignedBytes(int(size))
 	if err := fillPattern(o.DType, buf, rank); err != nil {
 		return row, err
