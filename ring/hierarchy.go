@@ -1,6 +1,9 @@
 package ring
 
-import "errors"
+import (
+	"errors"
+	"slices"
+)
 
 // A hierarchical allreduce serves jobs with several ranks on each of
 // several machines, where links inside a machine (shared memory) are much
@@ -20,7 +23,8 @@ import "errors"
 // The three phases are the package's ring plans, composed: peers become
 // the ranks of the group, spans are shifted into the buffer, steps and
 // After indices follow one phase after the other, and the first sends of
-// a phase wait for the last receive of the one before. Only phase 2's
+// a phase wait for the receives of the earlier phases that wrote what
+// they read. Only phase 2's
 // Final receives finish the operator: phase 1's reductions are partial.
 
 // Groups returns the ranks of each machine, given each rank's machine,
@@ -38,6 +42,55 @@ func Groups(machine []int) [][]int {
 		}
 	}
 	return groups
+}
+
+// writers finds, for a span, the last of a list of receives that wrote
+// into it. Receives complete in order, so waiting for that one waits for
+// every earlier write too.
+type writers struct {
+	cuts   []int // the receives' span ends, sorted
+	lastOf []int // per piece [cuts[k], cuts[k+1]): the last receive that wrote it, or -1
+}
+
+// index indexes recvs.
+func (w *writers) index(recvs []Xfer) {
+	w.cuts = w.cuts[:0]
+	for _, r := range recvs {
+		if r.Len > 0 {
+			w.cuts = append(w.cuts, r.Off, r.End())
+		}
+	}
+	slices.Sort(w.cuts)
+	w.cuts = slices.Compact(w.cuts)
+	w.lastOf = make([]int, max(len(w.cuts)-1, 0))
+	for k := range w.lastOf {
+		w.lastOf[k] = -1
+	}
+	for j, r := range recvs {
+		if r.Len > 0 {
+			lo, _ := slices.BinarySearch(w.cuts, r.Off)
+			hi, _ := slices.BinarySearch(w.cuts, r.End())
+			for k := lo; k < hi; k++ {
+				w.lastOf[k] = j // j ascends
+			}
+		}
+	}
+}
+
+// last returns the index of the last receive that wrote into s, or -1.
+func (w *writers) last(s Span) int {
+	out := -1
+	if s.Len == 0 || len(w.lastOf) == 0 {
+		return out
+	}
+	lo, _ := slices.BinarySearch(w.cuts, s.Off)
+	if lo > 0 && (lo == len(w.cuts) || w.cuts[lo] > s.Off) {
+		lo-- // s starts inside the piece before
+	}
+	for k := lo; k < len(w.lastOf) && w.cuts[k] < s.End(); k++ {
+		out = max(out, w.lastOf[k])
+	}
+	return out
 }
 
 // groupsOf returns the ranks of each machine, machines in order of their
@@ -117,6 +170,7 @@ func Hierarchical(groups [][]int, rank, length, chunkElems int) (Plan, error) {
 	p.Sends = make([]Xfer, 0, len(p1.Sends)+len(p2.Sends)+len(p3.Sends))
 	p.Recvs = make([]Xfer, 0, len(p1.Recvs)+len(p2.Recvs)+len(p3.Recvs))
 	step := 0
+	var writes writers // the receives of the phases so far, by the spans they write
 	for _, ph := range []struct {
 		plan  Plan
 		peers []int
@@ -128,13 +182,16 @@ func Hierarchical(groups [][]int, rank, length, chunkElems int) (Plan, error) {
 		{p3, local, 0, l - 1},
 	} {
 		sends, recvs := len(p.Sends), len(p.Recvs)
-		lastRecv := recvs - 1 // the previous phases' last receive; -1 if none
+		writes.index(p.Recvs)
 		for _, x := range ph.plan.Sends {
 			x.Peer, x.Off, x.Step = ph.peers[x.Peer], x.Off+ph.shift, x.Step+step
 			if x.After >= 0 {
 				x.After += recvs
 			} else {
-				x.After = lastRecv
+				// A phase's first sends read what earlier phases wrote:
+				// each waits for the last receive that wrote its span,
+				// so that a chunk moves on as soon as it is ready.
+				x.After = writes.last(x.Span)
 			}
 			p.Sends = append(p.Sends, x)
 		}
