@@ -509,8 +509,11 @@ func (c *Comm) chunkElems(es int) int { return max(1, c.cfg.ChunkBytes/es) }
 // AllReduceAlgo returns the algorithm an allreduce of bytes bytes runs:
 // AlgoRecursiveDoubling below SmallBytes, else AlgoRing.
 func (c *Comm) AllReduceAlgo(bytes int) Algo {
-	t := c.tune.Load()
-	n := len(c.members)
+	return c.tune.Load().allReduceAlgo(len(c.members), bytes)
+}
+
+// allReduceAlgo is AllReduceAlgo under one tuning.
+func (t *tuning) allReduceAlgo(n, bytes int) Algo {
 	algo := Choose(n, bytes, t.small)
 	if algo == AlgoRing && t.hier != nil && (t.hierAlways || t.hier.AllReduce(bytes) < t.model.Ring(n, bytes)) {
 		return AlgoHierarchical
@@ -522,8 +525,8 @@ func (c *Comm) AllReduceAlgo(bytes int) Algo {
 // for an uncompressed allreduce of bytes bytes, by the algorithm
 // AllReduceAlgo picks.
 func (c *Comm) PredictAllReduce(bytes int) float64 {
-	t := c.tune.Load()
-	if c.AllReduceAlgo(bytes) == AlgoHierarchical {
+	t := c.tune.Load() // one load: SetHierarchy may run meanwhile
+	if t.allReduceAlgo(len(c.members), bytes) == AlgoHierarchical {
 		return t.hier.AllReduce(bytes)
 	}
 	return t.model.AllReduce(len(c.members), bytes, t.small)

@@ -255,6 +255,9 @@ func (h *Hierarchy) validate(n int) error {
 	if h == nil {
 		return nil
 	}
+	if len(h.Groups) == 0 || len(h.Groups[0]) == 0 {
+		return invalid("hierarchy without machines")
+	}
 	if err := errors.Join(h.Local.Validate(), h.Cross.Validate()); err != nil {
 		return err
 	}

@@ -170,6 +170,9 @@ func TestSetHierarchy(t *testing.T) {
 	if err := c.SetHierarchy(&Hierarchy{Groups: [][]int{{0, 1}, {2}}, Local: DefaultCostModel, Cross: DefaultCostModel}, false); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetHierarchy of unequal machines = %v, want ErrInvalid", err)
 	}
+	if err := c.SetHierarchy(&Hierarchy{Groups: [][]int{{}, {0, 1, 2, 3}}, Local: DefaultCostModel, Cross: DefaultCostModel}, false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetHierarchy with an empty machine = %v, want ErrInvalid", err)
+	}
 	if err := c.SetHierarchy(&Hierarchy{Groups: [][]int{{0, 1}, {2, 3}}}, false); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetHierarchy without models = %v, want ErrInvalid", err)
 	}

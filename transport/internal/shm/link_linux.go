@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/floodlog"
+	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
 )
@@ -33,8 +34,13 @@ const (
 	// spareTTL bounds how long the stream a Dial authenticated waits for
 	// its first use, well within the server's wait for the ring.
 	spareTTL = 2 * time.Second
-	// maxHandshakes bounds the handshakes served at once.
+	// maxHandshakes bounds the handshakes computed at once, and
+	// maxPending the connections accepted and not yet handed a ring;
+	// more are closed at once. A burst of streams (every peer's every
+	// channel and stripe) waits for a handshake slot rather than being
+	// refused.
 	maxHandshakes = 32
+	maxPending    = 1024
 )
 
 // Local listens on an abstract Unix socket for co-located peers and dials
@@ -45,7 +51,8 @@ type Local struct {
 	ln        *net.UnixListener
 	name      string
 	clientTLS *tls.Config
-	slots     chan struct{}
+	slots     chan struct{} // handshakes computing
+	pending   chan struct{} // connections not yet handed a ring
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -73,7 +80,8 @@ func Listen(cfg Config) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shared memory: listen on %s: %w", name, err)
 	}
-	l := &Local{cfg: cfg, log: cfg.Logger, ln: ln, name: name, slots: make(chan struct{}, maxHandshakes)}
+	l := &Local{cfg: cfg, log: cfg.Logger, ln: ln, name: name, slots: make(chan struct{}, maxHandshakes),
+		pending: make(chan struct{}, maxPending)}
 	if !cfg.Insecure {
 		l.clientTLS = cfg.Identity.ClientTLS(ALPN)
 	}
@@ -109,14 +117,15 @@ func (l *Local) acceptLoop() {
 			continue
 		}
 		select {
-		case l.slots <- struct{}{}:
+		case l.pending <- struct{}{}:
 		default:
 			c.Close()
-			l.log.Warn().Str("remote", peerProcess(c)).Msg("shared memory: refused: too many handshakes under way")
+			l.log.Warn().Str("remote", peerProcess(c)).Int("max_pending", maxPending).
+				Msg("shared memory: refused: too many connections awaiting their handshake")
 			continue
 		}
 		l.wg.Go(func() {
-			defer func() { <-l.slots }()
+			defer func() { <-l.pending }()
 			l.serve(c)
 		})
 	}
@@ -147,7 +156,16 @@ func (l *Local) serve(c *net.UnixConn) {
 	nc.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { nc.SetDeadline(longAgo) })
 	defer stop()
+	// The handshake's computation holds a slot, the wait for the ring
+	// does not.
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.ctx.Done():
+		c.Close()
+		return
+	}
 	peer, err := l.authenticate(c, remote)
+	<-l.slots
 	if err != nil {
 		c.Close()
 		return
@@ -409,20 +427,19 @@ func (lk *link) handshake(c *net.UnixConn) error {
 			var name string
 			name, err = lk.l.cfg.Identity.PeerName(tc.ConnectionState())
 			if err == nil && name != string(lk.peer) {
-				err = fmt.Errorf("certificate names %q, want %q", name, lk.peer)
+				err = fmt.Errorf("%w: certificate names %q, want %q", errWrongPeer, name, lk.peer)
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %s over shared memory: %v", transport.ErrUnauthenticated, lk.peer, err)
+			return lk.handshakeError(err)
 		}
 		ack = tc
 	}
 	var b [1]byte
 	if _, err := io.ReadFull(ack, b[:]); err != nil {
-		if !lk.l.cfg.Insecure && errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: %s closed the shared-memory socket before accepting us", transport.ErrUnauthenticated, lk.peer)
-		}
-		return fmt.Errorf("shared memory: waiting for %s to accept: %w", lk.peer, err)
+		// In TLS 1.3 the server checks our certificate after our
+		// handshake returned: its refusal is an alert on this read.
+		return lk.handshakeError(fmt.Errorf("waiting for the peer to accept: %w", err))
 	}
 	switch b[0] {
 	case ackByte:
@@ -432,6 +449,23 @@ func (lk *link) handshake(c *net.UnixConn) error {
 	}
 	return fmt.Errorf("shared memory: %s answered %#02x, not an acknowledgement", lk.peer, b[0])
 }
+
+// handshakeError names a failed client handshake: transport.ErrUnauthenticated
+// only when it was about certificates (ours refused by the peer, or its
+// not trusted by us, or another peer than the one dialed), so that a
+// peer closing or restarting mid-handshake is retried, not taken for a
+// worker of another cluster.
+func (lk *link) handshakeError(err error) error {
+	var cv *tls.CertificateVerificationError
+	var oe *net.OpError
+	if errors.As(err, &cv) || (errors.As(err, &oe) && oe.Op == "remote error") ||
+		errors.Is(err, secret.ErrUntrusted) || errors.Is(err, secret.ErrNoPeerCertificate) || errors.Is(err, errWrongPeer) {
+		return fmt.Errorf("%w: %s over shared memory: %v", transport.ErrUnauthenticated, lk.peer, err)
+	}
+	return fmt.Errorf("shared memory: handshake with %s: %w", lk.peer, err)
+}
+
+var errWrongPeer = errors.New("wrong peer")
 
 // Supported reports whether this build has the shared-memory path.
 const Supported = true

@@ -170,10 +170,19 @@ func (e *end) Close() error {
 var wakeByte = []byte{1}
 
 // wake tells the other side, which said it would sleep, to look again.
-// The flag is cleared first, so one wait costs at most one byte.
+// The flag is cleared first, so one wait costs at most one byte. The
+// write never blocks: a byte already queued wakes the sleeper as well,
+// and bytes left over from wake-ups a sleeper no longer needed must not
+// fill the socket until both sides block writing. A dead peer shows up
+// as end-of-file on this side's next wait.
 func (e *end) wake(flag *uint32) {
 	if atomic.LoadUint32(flag) != 0 && atomic.CompareAndSwapUint32(flag, 1, 0) {
-		_, _ = e.conn.Write(wakeByte) // a dead peer shows up as end-of-file on the next wait
+		if raw, err := e.conn.SyscallConn(); err == nil {
+			_ = raw.Write(func(fd uintptr) bool {
+				_ = unix.Sendto(int(fd), wakeByte, unix.MSG_DONTWAIT, nil)
+				return true // done, whether sent or not
+			})
+		}
 	}
 }
 

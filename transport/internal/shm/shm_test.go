@@ -150,7 +150,7 @@ func locals(t *testing.T, other bool) (a, b *Local, inB chan streams.InStream, r
 	if other {
 		caB = transporttest.NewCA(t)
 	}
-	inB, refusedB = make(chan streams.InStream, 8), make(chan error, 8)
+	inB, refusedB = make(chan streams.InStream, 256), make(chan error, 8)
 	start := func(id string, ca *secret.CA, in chan streams.InStream, refused chan error) *Local {
 		l, err := Listen(Config{ID: transport.PeerID(id), Identity: transporttest.Issue(t, ca, id), Kind: "test", Port: 1,
 			Accept:  func(_ transport.PeerID, s streams.InStream) { in <- s },
@@ -255,5 +255,68 @@ func TestGarbageOnTheSocketIsRefused(t *testing.T) {
 	case <-inB:
 		t.Fatal("a stream was accepted without authentication")
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestHandshakeCutIsNotAWrongSecret: a peer that closes its socket
+// mid-handshake (it is shutting down, or restarting) fails the dial with
+// an error a caller retries, never with ErrUnauthenticated, which a
+// worker takes for a worker of another cluster.
+func TestHandshakeCutIsNotAWrongSecret(t *testing.T) {
+	a, _, _, _ := locals(t, false)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: SocketName("test", 1, "ghost"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, err = a.Dial(context.Background(), "ghost", "127.0.0.1:1")
+	if err == nil || errors.Is(err, transport.ErrUnauthenticated) || errors.Is(err, ErrNotLocal) {
+		t.Fatalf("Dial of a peer that hangs up mid-handshake: %v, want a plain error", err)
+	}
+}
+
+// TestBurstOfStreams: more streams than handshake slots, opened at once
+// (the spares of many peers' links and stripes), all get through: a
+// handshake waits for a slot rather than being refused.
+func TestBurstOfStreams(t *testing.T) {
+	a, b, inB, _ := locals(t, false)
+	const n = 3 * maxHandshakes
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			lk, err := a.Dial(ctx, b.cfg.ID, "127.0.0.1:1")
+			if err == nil {
+				var s streams.Stream
+				if s, err = lk.OpenStream(ctx, transport.ChanControl); err == nil {
+					s.Close()
+				}
+				lk.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("one of %d streams opened at once: %v", n, err)
+		}
+	}
+	for range n {
+		select {
+		case s := <-inB:
+			s.Close()
+		case <-ctx.Done():
+			t.Fatal("b did not accept every stream")
+		}
 	}
 }
