@@ -459,7 +459,10 @@ func testFailpointsProcs(t *testing.T, tr string) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// TCP runs this job about 3 times as fast as QUIC: a joiner
-			// sent back to pending must find a job still running.
+			// sent back to pending must find a job still running. The
+			// workers reach each other over the transport under test, not
+			// through shared memory, which runs the 1200 iterations
+			// before such a joiner is admitted again.
 			iters := 1200
 			if tr == "tcp" {
 				iters = 4000
@@ -471,7 +474,7 @@ func testFailpointsProcs(t *testing.T, tr string) {
 					"--target-acc", "0", "--peer-timeout", "1s", "--quorum-timeout", "30s", "--log-positions",
 					"--save-params", paramsFile(dir, r)}
 			}
-			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: tc.n, Gossip: true, Transport: tr, Argv: args,
+			p := gyretest.StartProcs(t, gyretest.ProcOptions{N: tc.n, Gossip: true, Transport: tr, SharedMemory: gyreapi.SharedMemoryOff, Argv: args,
 				Env: func(r int) []string {
 					switch {
 					case r == tc.n && tc.joiner != "-":
