@@ -39,6 +39,7 @@ const (
 	offReaderWaiting = 72  // uint32, the reader sleeps until a wake-up
 	offTail          = 128 // uint64, bytes ever read (the reader's)
 	offWriterWaiting = 136 // uint32, the writer sleeps until a wake-up
+	offWriterClosed  = 192 // uint32, 1 once the writer closed its end on purpose
 	pageSize         = 4096
 	magic            = 0x31_4d_48_53_45_52_59_47 // "GYRESHM1"
 )
@@ -52,6 +53,10 @@ const (
 var (
 	errCorrupt = errors.New("shared memory: the peer's ring counters are inconsistent")
 	errClosed  = net.ErrClosed
+	// errPeerEnded is the end of a stream whose writer did not close it:
+	// its process ended (kill -9, a crash). It is not io.EOF, which a
+	// transport takes for the peer's orderly close, as a QUIC FIN.
+	errPeerEnded = errors.New("shared memory: the peer's process ended without closing the stream")
 )
 
 // region is one mapped ring.
@@ -228,6 +233,17 @@ type Writer struct {
 	head uint64 // local copy of the shared head
 }
 
+// Close closes the stream on purpose: the reader drains it and then
+// reads io.EOF, where a writer that died leaves it errPeerEnded.
+func (w *Writer) Close() error {
+	w.mu.RLock()
+	if !w.closed.Load() {
+		atomic.StoreUint32(w.r.u32(offWriterClosed), 1)
+	}
+	w.mu.RUnlock()
+	return w.end.Close()
+}
+
 // Write copies p into the ring, waiting for room as the reader drains it.
 // It fails once the reader's end is closed and the ring is full.
 func (w *Writer) Write(p []byte) (int, error) {
@@ -283,7 +299,8 @@ type Reader struct {
 
 // Read copies what the ring holds into p, up to len(p), waiting for the
 // writer if it is empty. It returns io.EOF once the ring is empty and the
-// writer's end is closed: drained first, so an orderly close loses nothing.
+// writer closed its end (drained first, so an orderly close loses
+// nothing), and errPeerEnded if the writer's process ended instead.
 func (r *Reader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -310,7 +327,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if gone {
-			return 0, io.EOF
+			if atomic.LoadUint32(g.u32(offWriterClosed)) == 1 {
+				return 0, io.EOF
+			}
+			return 0, errPeerEnded
 		}
 		t := r.tail
 		if err := r.sleep(g.u32(offReaderWaiting), func() bool { return atomic.LoadUint64(head) != t }); err != nil {

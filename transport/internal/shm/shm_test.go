@@ -320,3 +320,26 @@ func TestBurstOfStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadWriterIsNotAnOrderlyClose: a reader whose writer closed its end
+// reads io.EOF once drained; one whose writer's socket went without a
+// close (its process died) reads errPeerEnded, never io.EOF, which a
+// transport would take for the peer's orderly close.
+func TestDeadWriterIsNotAnOrderlyClose(t *testing.T) {
+	w, r := pair(t, MinRing)
+	w.Write([]byte("last"))
+	w.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "last" {
+		t.Fatalf("after an orderly close: %q, %v; want the data, then io.EOF", got, err)
+	}
+	w2, r2 := pair(t, MinRing)
+	w2.Write([]byte("last"))
+	w2.conn.Close() // the socket goes as the process's would, without Close
+	b := make([]byte, 8)
+	if n, err := r2.Read(b); err != nil || string(b[:n]) != "last" {
+		t.Fatalf("what the dead writer published: %q, %v", b[:n], err)
+	}
+	if _, err := r2.Read(b); !errors.Is(err, errPeerEnded) || errors.Is(err, io.EOF) {
+		t.Fatalf("after the writer died: %v, want errPeerEnded", err)
+	}
+}
