@@ -212,11 +212,6 @@ func TestComebackAtNewAddress(t *testing.T) {
 		Config: func(r int, c *gyre.Config) {
 			c.GlobalBatch = global
 			c.Name = fmt.Sprintf("w%d", r)
-			// Over QUIC alone: with shared memory, a member's redial of
-			// the comer-back's socket was refused once in three CI runs
-			// (ErrNotLocal on OpenStream) and its admission waited out
-			// the test; under investigation (issue 38's notes).
-			c.SharedMemory = gyre.SharedMemoryOff
 			if r == 3 { // the joiner takes the leaver's name
 				c.Name = fmt.Sprintf("w%d", leaver)
 			}

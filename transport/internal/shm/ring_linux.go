@@ -40,6 +40,7 @@ const (
 	offTail          = 128 // uint64, bytes ever read (the reader's)
 	offWriterWaiting = 136 // uint32, the writer sleeps until a wake-up
 	offWriterClosed  = 192 // uint32, 1 once the writer closed its end on purpose
+	offReaderClosed  = 196 // uint32, 1 once the reader closed its end
 	pageSize         = 4096
 	magic            = 0x31_4d_48_53_45_52_59_47 // "GYRESHM1"
 )
@@ -230,7 +231,35 @@ func spin(d time.Duration, ready func() bool) bool {
 // Writer is the outbound end of a stream: Write copies into the ring.
 type Writer struct {
 	end
-	head uint64 // local copy of the shared head
+	head   uint64    // local copy of the shared head
+	peeked time.Time // when Write last looked for the reader's end-of-file
+}
+
+// readerGone reports whether the reader closed its end (a word it sets)
+// or its process ended (its socket's end-of-file, looked for at most
+// every millisecond, without blocking and without taking a wake-up).
+// A writer would otherwise learn of it only when the ring fills, and a
+// peer's links to a worker that went would look up.
+func (w *Writer) readerGone() bool {
+	if atomic.LoadUint32(w.r.u32(offReaderClosed)) == 1 {
+		return true
+	}
+	if now := time.Now(); now.Sub(w.peeked) >= time.Millisecond {
+		w.peeked = now
+		raw, err := w.conn.SyscallConn()
+		if err != nil {
+			return true
+		}
+		gone := false
+		_ = raw.Read(func(fd uintptr) bool {
+			var b [1]byte
+			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			gone = n == 0 && err == nil // end-of-file
+			return true
+		})
+		return gone
+	}
+	return false
 }
 
 // Close closes the stream on purpose: the reader drains it and then
@@ -251,6 +280,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	defer w.mu.RUnlock()
 	if w.closed.Load() {
 		return 0, errClosed
+	}
+	if w.readerGone() {
+		return 0, fmt.Errorf("shared memory: the reader closed the stream: %w", unix.EPIPE)
 	}
 	r := w.r
 	size := uint64(len(r.ring))
@@ -349,6 +381,16 @@ func copyOut(p, ring []byte, off uint64) int {
 		n += copy(p[n:], ring)
 	}
 	return n
+}
+
+// Close closes the reader's end, and says so to the writer.
+func (r *Reader) Close() error {
+	r.mu.RLock()
+	if !r.closed.Load() {
+		atomic.StoreUint32(r.r.u32(offReaderClosed), 1)
+	}
+	r.mu.RUnlock()
+	return r.end.Close()
 }
 
 // SetReadDeadline makes a blocked Read return a timeout error at d; the
