@@ -19,6 +19,7 @@ import (
 	"github.com/gyre-ml/gyre/internal/floodlog"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
+	"github.com/gyre-ml/gyre/transport/internal/tlsutil"
 )
 
 // Bounds on unauthenticated clients. At most maxHandshakes handshakes
@@ -156,7 +157,7 @@ func (t *Transport) serveTLS(c net.Conn, remote string) (*tls.Conn, transport.Pe
 			return nil, "", errInsecureClient
 		}
 	}
-	tc := tls.Server(&prefixConn{Conn: c, first: first[0]}, cfg)
+	tc := tls.Server(&tlsutil.PrefixConn{Conn: c, First: first[0]}, cfg)
 	err := tc.Handshake()
 	var name string
 	if err == nil {
@@ -198,23 +199,6 @@ var (
 	errBadPreamble    = errors.New("bad preamble (a TLS client on an insecure transport?)")
 	errInsecureClient = errors.New("insecure client")
 )
-
-// prefixConn gives back the byte serveTLS read to tell TLS from plain
-// clients before the rest of the connection.
-type prefixConn struct {
-	net.Conn
-	first byte
-	done  bool
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if !c.done && len(p) > 0 {
-		c.done = true
-		p[0] = c.first
-		return 1, nil
-	}
-	return c.Conn.Read(p)
-}
 
 // distrusted reports whether a server handshake failed because the client
 // refused the server's certificate (TLS alert bad_certificate, 42, or

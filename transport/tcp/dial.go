@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
+	"github.com/gyre-ml/gyre/transport/internal/tlsutil"
 )
 
 // spareTTL is how long a link keeps the connection it authenticated at
@@ -135,7 +135,7 @@ func (t *Transport) handshake(c net.Conn, peer transport.PeerID, addr string) (s
 		err = readAck(tc)
 	}
 	if err != nil {
-		if isAuthError(err) {
+		if tlsutil.IsAuthError(err) {
 			t.log.Warn().Str("peer", string(peer)).Str("remote", addr).Err(err).Msg("refused: peer not authenticated, or it refused us")
 			return nil, fmt.Errorf("%w: %s at %s: %v", transport.ErrUnauthenticated, peer, addr, err)
 		}
@@ -152,26 +152,10 @@ func (t *Transport) checkServer(cs tls.ConnectionState, peer transport.PeerID) e
 		return err
 	}
 	if name != string(peer) {
-		return fmt.Errorf("%w: certificate names %q, want %q", errWrongPeer, name, peer)
+		return fmt.Errorf("%w: certificate names %q, want %q", tlsutil.ErrWrongPeer, name, peer)
 	}
 	if cs.NegotiatedProtocol != ALPN {
 		return fmt.Errorf("peer negotiated protocol %q, want %q", cs.NegotiatedProtocol, ALPN)
 	}
 	return nil
-}
-
-var errWrongPeer = errors.New("wrong peer")
-
-// isAuthError reports whether a failed client handshake was about
-// certificates: ours refused by the server (it sends an alert, which
-// crypto/tls reports as a "remote error"), or the server's not trusted by
-// us, or the server being another peer than the one dialed.
-func isAuthError(err error) bool {
-	var cv *tls.CertificateVerificationError
-	var oe *net.OpError
-	return errors.As(err, &cv) ||
-		(errors.As(err, &oe) && oe.Op == "remote error") ||
-		errors.Is(err, secret.ErrUntrusted) ||
-		errors.Is(err, secret.ErrNoPeerCertificate) ||
-		errors.Is(err, errWrongPeer)
 }

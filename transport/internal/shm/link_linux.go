@@ -16,9 +16,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gyre-ml/gyre/internal/floodlog"
-	"github.com/gyre-ml/gyre/internal/secret"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/internal/streams"
+	"github.com/gyre-ml/gyre/transport/internal/tlsutil"
 )
 
 // Handshake bytes. A client of either kind opens with its preamble or a
@@ -217,7 +217,7 @@ func (l *Local) authenticate(c *net.UnixConn, remote string) (transport.PeerID, 
 	// Nothing but the ack may travel to the client over TLS: the ring's
 	// descriptor and the wake-ups follow on the bare socket.
 	cfg.SessionTicketsDisabled = true
-	tc := tls.Server(&prefixConn{UnixConn: c, first: first[0]}, cfg)
+	tc := tls.Server(&tlsutil.PrefixConn{Conn: c, First: first[0]}, cfg)
 	err := tc.Handshake()
 	var name string
 	if err == nil {
@@ -280,22 +280,6 @@ func receiveRing(c *net.UnixConn) (*region, error) {
 
 // longAgo is a deadline in the past: it ends a blocked call.
 var longAgo = time.Unix(1, 0)
-
-// prefixConn gives back the byte read to tell TLS from plain clients.
-type prefixConn struct {
-	*net.UnixConn
-	first byte
-	done  bool
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if !c.done && len(p) > 0 {
-		c.done = true
-		p[0] = c.first
-		return 1, nil
-	}
-	return c.UnixConn.Read(p)
-}
 
 // Dial makes a Link to peer if it listens on this machine, in this
 // network namespace, beside a network transport on addr's port; it fails
@@ -427,7 +411,7 @@ func (lk *link) handshake(c *net.UnixConn) error {
 			var name string
 			name, err = lk.l.cfg.Identity.PeerName(tc.ConnectionState())
 			if err == nil && name != string(lk.peer) {
-				err = fmt.Errorf("%w: certificate names %q, want %q", errWrongPeer, name, lk.peer)
+				err = fmt.Errorf("%w: certificate names %q, want %q", tlsutil.ErrWrongPeer, name, lk.peer)
 			}
 		}
 		if err != nil {
@@ -456,16 +440,11 @@ func (lk *link) handshake(c *net.UnixConn) error {
 // peer closing or restarting mid-handshake is retried, not taken for a
 // worker of another cluster.
 func (lk *link) handshakeError(err error) error {
-	var cv *tls.CertificateVerificationError
-	var oe *net.OpError
-	if errors.As(err, &cv) || (errors.As(err, &oe) && oe.Op == "remote error") ||
-		errors.Is(err, secret.ErrUntrusted) || errors.Is(err, secret.ErrNoPeerCertificate) || errors.Is(err, errWrongPeer) {
+	if tlsutil.IsAuthError(err) {
 		return fmt.Errorf("%w: %s over shared memory: %v", transport.ErrUnauthenticated, lk.peer, err)
 	}
 	return fmt.Errorf("shared memory: handshake with %s: %w", lk.peer, err)
 }
-
-var errWrongPeer = errors.New("wrong peer")
 
 // Supported reports whether this build has the shared-memory path.
 const Supported = true
