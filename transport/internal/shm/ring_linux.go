@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -150,6 +151,7 @@ func (r *region) unmap() { _ = unix.Munmap(r.mem) }
 type end struct {
 	r    *region
 	conn *net.UnixConn
+	raw  syscall.RawConn // conn's, for the wake-ups and peeks that must not block
 
 	// mu is held shared by every call that touches the mapping and
 	// exclusively by Close before it unmaps it, so that no call reads or
@@ -175,6 +177,16 @@ func (e *end) Close() error {
 
 var wakeByte = []byte{1}
 
+// rawConn returns conn's raw connection, made once: SyscallConn
+// allocates, and wake-ups are on the collectives' path. Only the call
+// holding mu (one at a time per end) uses it.
+func (e *end) rawConn() syscall.RawConn {
+	if e.raw == nil {
+		e.raw, _ = e.conn.SyscallConn() // fails only for a nil conn
+	}
+	return e.raw
+}
+
 // wake tells the other side, which said it would sleep, to look again.
 // The flag is cleared first, so one wait costs at most one byte. The
 // write never blocks: a byte already queued wakes the sleeper as well,
@@ -183,12 +195,10 @@ var wakeByte = []byte{1}
 // as end-of-file on this side's next wait.
 func (e *end) wake(flag *uint32) {
 	if atomic.LoadUint32(flag) != 0 && atomic.CompareAndSwapUint32(flag, 1, 0) {
-		if raw, err := e.conn.SyscallConn(); err == nil {
-			_ = raw.Write(func(fd uintptr) bool {
-				_ = unix.Sendto(int(fd), wakeByte, unix.MSG_DONTWAIT, nil)
-				return true // done, whether sent or not
-			})
-		}
+		_ = e.rawConn().Write(func(fd uintptr) bool {
+			_ = unix.Sendto(int(fd), wakeByte, unix.MSG_DONTWAIT, nil)
+			return true // done, whether sent or not
+		})
 	}
 }
 
@@ -246,12 +256,8 @@ func (w *Writer) readerGone() bool {
 	}
 	if now := time.Now(); now.Sub(w.peeked) >= time.Millisecond {
 		w.peeked = now
-		raw, err := w.conn.SyscallConn()
-		if err != nil {
-			return true
-		}
 		gone := false
-		_ = raw.Read(func(fd uintptr) bool {
+		_ = w.rawConn().Read(func(fd uintptr) bool {
 			var b [1]byte
 			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 			gone = n == 0 && err == nil // end-of-file
