@@ -140,6 +140,33 @@ type Reopener interface {
 	Reopen(peer PeerID, ch Channel)
 }
 
+// Striper is implemented by transports that can split large messages
+// (wire.StripeMin bytes and more) over several connections per peer, the
+// stripes, so that one link uses several cores and congestion windows.
+// How many pays depends on the links, so a job chooses per channel at run
+// time, after measuring them, rather than once in its configuration.
+//
+// A channel's streams are opened in generations, and the receiver learns
+// a generation's stripe count from its first stream; a count that changed
+// under a generation would split messages differently on the two sides.
+// So a new count takes effect only at this side's next generation of ch
+// to each peer: the first Send on ch to a peer, or the first after a
+// Reopen or after a Send cut short. To switch a channel in use, both
+// sides Reopen it (transport.Reopener) at a point where it is idle, after
+// SetStripes; or SetStripes before the channel's first use. A peer
+// reached through shared memory always uses one stripe: a memory ring
+// gains nothing from more. Both methods are safe for concurrent use and
+// do not block.
+type Striper interface {
+	// SetStripes makes the generations of ch's streams opened from now
+	// on, to every peer, use k stripes: 1 to the transport's maximum,
+	// else it returns an error and changes nothing. Connections missing
+	// for the new count are dialed when a Send first needs them.
+	SetStripes(ch Channel, k int) error
+	// Stripes returns ch's current setting (0 for an unknown channel).
+	Stripes(ch Channel) int
+}
+
 // SharedMemoryReporter is implemented by transports that can reach peers
 // on this machine through shared memory. SharedMemory reports whether
 // this side's links to peer do: false for a peer not connected, or
@@ -192,7 +219,8 @@ type LinkStats struct {
 	// Reconnects those of them to a peer whose links had been up before
 	// (after a failure or a Drop).
 	Connects, Reconnects uint64
-	// DialErrors counts Connects that failed to dial.
+	// DialErrors counts Connects that failed to dial, and Sends that
+	// failed to dial a link a stripe needed later (Striper).
 	DialErrors uint64
 	// LinkFailures counts links lost other than in order: reset, timed
 	// out or broken, as when a peer crashes or is cut off.

@@ -16,15 +16,88 @@ import (
 type outPeer struct {
 	t     *Transport
 	id    transport.PeerID
-	ready chan struct{}                   // closed once Connect has finished
-	err   error                           // Connect's result; read after ready
-	links []Link                          // one per stripe; set before ready closes
-	dead  error                           // why it was dropped or closed; guarded by t.mu
-	chans [transport.NumChannels]*outChan // guarded by t.mu
+	addr  string        // as given to Connect, for links dialed later
+	ready chan struct{} // closed once Connect has finished
+	err   error         // Connect's result; read after ready
+	local bool          // its links are shared memory; set before ready closes
+	// links has one link per stripe dialed so far: Connect's, then those
+	// dialed when a channel's stripe count first needs them. Guarded by
+	// t.mu (appended to while killLocked may run); an element never
+	// changes once appended.
+	links   []Link
+	dialing chan struct{}                   // a token held while dialing a link, so one dial at a time
+	dead    error                           // why it was dropped or closed; guarded by t.mu
+	chans   [transport.NumChannels]*outChan // guarded by t.mu
 }
 
-func newOutPeer(t *Transport, id transport.PeerID) *outPeer {
-	return &outPeer{t: t, id: id, ready: make(chan struct{})}
+func newOutPeer(t *Transport, id transport.PeerID, addr string) *outPeer {
+	return &outPeer{t: t, id: id, addr: addr, ready: make(chan struct{}), dialing: make(chan struct{}, 1)}
+}
+
+// stripes is how many stripes ch's next generation to op uses.
+func (op *outPeer) stripes(ch transport.Channel) int {
+	if op.local {
+		return 1
+	}
+	return int(op.t.stripes[ch].Load())
+}
+
+// dialError is a failure to dial a link a stripe needed after Connect.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "dial: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// link returns the link of stripe s, dialing the links up to it that
+// Connect did not. A link dialed after op was dropped or closed is closed
+// at once, as killLocked cannot have seen it.
+func (op *outPeer) link(ctx context.Context, s int) (Link, error) {
+	t := op.t
+	t.mu.Lock()
+	if s < len(op.links) {
+		l := op.links[s]
+		t.mu.Unlock()
+		return l, nil
+	}
+	t.mu.Unlock()
+	select {
+	case op.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.done:
+		return nil, transport.ErrClosed
+	}
+	defer func() { <-op.dialing }()
+	for {
+		t.mu.Lock()
+		switch {
+		case t.closed:
+			t.mu.Unlock()
+			return nil, transport.ErrClosed
+		case op.dead != nil:
+			t.mu.Unlock()
+			return nil, op.dead
+		case s < len(op.links):
+			l := op.links[s]
+			t.mu.Unlock()
+			return l, nil
+		}
+		n := len(op.links)
+		t.mu.Unlock()
+		l, err := t.cfg.Dial(ctx, op.id, op.addr)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		t.mu.Lock()
+		if t.closed || op.dead != nil {
+			t.mu.Unlock()
+			l.Close()
+			continue // returns why
+		}
+		op.links = append(op.links, l)
+		t.mu.Unlock()
+		t.log.Debug().Str("peer", string(op.id)).Int("link", n).Msg("dialed a link for a stripe")
+	}
 }
 
 // killLocked marks op dead and appends what must be closed. t.mu is held.
@@ -54,9 +127,9 @@ type outChan struct {
 
 	mu      sync.Mutex // guards dead, cc and writes to streams and writers; the sem holder reads without it
 	dead    bool
-	streams []*outStream // one per stripe, opened lazily
+	streams []*outStream // one per stripe of the generation, opened lazily; resized only by the sem holder, between generations
 
-	writers []*stripeWriter // one per stripe above 0, started lazily, stopped by Close
+	writers []*stripeWriter // one per stripe above 0, started lazily, stopped by Close or when a generation has fewer stripes
 	cc      canceller       // closes the streams when a Send's ctx ends
 }
 
@@ -202,12 +275,13 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 	}
 	oc := op.chans[ch]
 	if oc == nil {
+		k := op.stripes(ch)
 		oc = &outChan{
 			op:      op,
 			ch:      ch,
 			sem:     make(chan struct{}, 1),
-			streams: make([]*outStream, t.cfg.Stripes),
-			writers: make([]*stripeWriter, t.cfg.Stripes),
+			streams: make([]*outStream, k),
+			writers: make([]*stripeWriter, k),
 		}
 		oc.cc = canceller{mu: &oc.mu, onCancel: oc.cancelLocked}
 		op.chans[ch] = oc
@@ -219,16 +293,14 @@ func (t *Transport) outChan(id transport.PeerID, ch transport.Channel) (*outChan
 func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) error {
 	t := oc.op.t
 	hdr.Len = uint64(len(payload))
+	err := oc.restripe()
 	used := wire.StripesUsed(hdr.Len, len(oc.streams))
 	// Opening honours ctx by itself and writes nothing of the message, so
 	// only the writes are armed for cancellation: a Send cancelled before
 	// them leaves the streams in step.
-	var err error
-	for s := range used {
+	for s := 0; s < used && err == nil; s++ {
 		if oc.streams[s] == nil {
-			if err = oc.open(ctx, s); err != nil {
-				break
-			}
+			err = oc.open(ctx, s)
 		}
 	}
 	if err == nil {
@@ -261,6 +333,10 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 	case dead != nil:
 		err = dead
 	default:
+		var de *dialError
+		if errors.As(err, &de) {
+			t.links.dialErrors.Add(1)
+		}
 		// The link failed under us (the peer crashed, restarted, or
 		// dropped this process). Abandon the link, so that a later Connect
 		// dials afresh instead of reporting the dead link as connected.
@@ -271,6 +347,45 @@ func (oc *outChan) send(ctx context.Context, hdr wire.Header, payload []byte) er
 		t.abandonLink(oc.op, err)
 	}
 	return &transport.PeerError{Peer: oc.op.id, Op: "send", Err: t.byPeer(err)}
+}
+
+// restripe sizes the channel for the stripe count set now, if no stream
+// of it is open: a generation keeps the count its first stream announced,
+// and a new one starts with all streams closed. The writers of stripes
+// dropped stop. The caller holds oc.sem.
+func (oc *outChan) restripe() error {
+	k := oc.op.stripes(oc.ch)
+	if k == len(oc.streams) {
+		return nil
+	}
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	if oc.dead {
+		return errStreamClosed
+	}
+	for _, s := range oc.streams {
+		if s != nil {
+			return nil // mid-generation
+		}
+	}
+	for s := k; s < len(oc.writers); s++ {
+		if w := oc.writers[s]; w != nil {
+			close(w.quit) // idle: only the sem holder gives it work
+			oc.writers[s] = nil
+		}
+	}
+	oc.streams = resize(oc.streams, k)
+	oc.writers = resize(oc.writers, k)
+	return nil
+}
+
+// resize returns s with length k, keeping its array if it can. Whatever
+// lies between len(s) and k must be zero, as restripe leaves it.
+func resize[T any](s []T, k int) []T {
+	if k <= cap(s) {
+		return s[:k]
+	}
+	return append(s, make([]T, k-len(s))...)
 }
 
 // write writes the parts of a message over used stripes, whose streams
@@ -333,7 +448,11 @@ func (oc *outChan) open(ctx context.Context, s int) error {
 			return errStreamClosed
 		}
 	}
-	st, err := oc.op.links[s].OpenStream(ctx, oc.ch)
+	l, err := oc.op.link(ctx, s)
+	if err != nil {
+		return err
+	}
+	st, err := l.OpenStream(ctx, oc.ch)
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}

@@ -24,6 +24,9 @@ const helloTimeout = 5 * time.Second
 // unread streams rather than piling up connections.
 const maxGens = 4
 
+// MaxStripes bounds a stripe count: the Hello carries it in a byte.
+const MaxStripes = 255
+
 // SendBuffer is the bytes of messages, frame headers included, that the
 // tcp and quic transports promise to hold unreceived on one (peer,
 // channel) without blocking a Send (transport.SendBufferer).
@@ -81,7 +84,8 @@ type Config struct {
 	// wire.DefaultLimits().
 	Limits wire.Limits
 	// Stripes is the number of links (connections) per peer for outbound
-	// traffic; 0 means 1. At most 255.
+	// traffic, dialed at Connect, and every channel's initial stripe count
+	// (SetStripes); 0 means 1. At most MaxStripes.
 	Stripes int
 	// Dial makes a Link; required.
 	Dial DialFunc
@@ -139,6 +143,10 @@ type Transport struct {
 	links     struct{ connects, reconnects, dialErrors, failures atomic.Uint64 }
 	connected map[transport.PeerID]bool
 
+	// stripes is each channel's stripe count for new generations
+	// (SetStripes).
+	stripes [transport.NumChannels]atomic.Int32
+
 	closeOnce sync.Once
 }
 
@@ -146,6 +154,7 @@ var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Dropper   = (*Transport)(nil)
 	_ transport.Forgetter = (*Transport)(nil)
+	_ transport.Striper   = (*Transport)(nil)
 )
 
 // peer is everything known about one peer. Guarded by Transport.mu.
@@ -169,8 +178,8 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.Stripes == 0 {
 		cfg.Stripes = 1
 	}
-	if cfg.Stripes < 1 || cfg.Stripes > 255 {
-		return nil, fmt.Errorf("streams: Stripes must be 1 to 255, got %d", cfg.Stripes)
+	if cfg.Stripes < 1 || cfg.Stripes > MaxStripes {
+		return nil, fmt.Errorf("streams: Stripes must be 1 to %d, got %d", MaxStripes, cfg.Stripes)
 	}
 	if cfg.ID == "" || len(cfg.ID) > wire.MaxPeerID {
 		return nil, fmt.Errorf("streams: ID must be 1 to %d bytes, got %d", wire.MaxPeerID, len(cfg.ID))
@@ -185,8 +194,35 @@ func New(cfg Config) (*Transport, error) {
 		peers:     make(map[transport.PeerID]*peer),
 		connected: make(map[transport.PeerID]bool),
 	}
+	for ch := range t.stripes {
+		t.stripes[ch].Store(int32(cfg.Stripes))
+	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
+}
+
+// SetStripes makes the generations of ch's streams opened from now on
+// use k stripes, 1 to MaxStripes (transport.Striper). Open generations
+// keep theirs: the receiver split their messages by it. Links missing for
+// k are dialed when a Send first opens a stripe on them.
+func (t *Transport) SetStripes(ch transport.Channel, k int) error {
+	if err := checkChannel(ch); err != nil {
+		return err
+	}
+	if k < 1 || k > MaxStripes {
+		return fmt.Errorf("streams: stripes must be 1 to %d, got %d", MaxStripes, k)
+	}
+	t.stripes[ch].Store(int32(k))
+	return nil
+}
+
+// Stripes returns ch's stripe count for new generations, 0 for an
+// unknown channel.
+func (t *Transport) Stripes(ch transport.Channel) int {
+	if checkChannel(ch) != nil {
+		return 0
+	}
+	return int(t.stripes[ch].Load())
 }
 
 // Localer is a Link that reaches its peer on this machine without the
@@ -213,10 +249,16 @@ func (t *Transport) Local(peer transport.PeerID) bool {
 	default:
 		return false // still dialing
 	}
-	if op.err != nil || len(op.links) == 0 {
+	if op.err != nil {
 		return false
 	}
-	for _, l := range op.links {
+	t.mu.Lock()
+	links := op.links
+	t.mu.Unlock()
+	if len(links) == 0 {
+		return false
+	}
+	for _, l := range links {
 		if lo, ok := l.(Localer); !ok || !lo.Local() {
 			return false
 		}
@@ -244,7 +286,8 @@ func (t *Transport) goLocked(f func()) {
 	}()
 }
 
-// Connect dials cfg.Stripes links to peer at addr. It is idempotent: a call
+// Connect dials cfg.Stripes links to peer at addr; a channel set to more
+// stripes dials the rest when it first needs them. It is idempotent: a call
 // for a connected peer returns nil, and concurrent calls for one peer share
 // one dial. Dial errors are returned in a *transport.PeerError. It blocks
 // until the links are up or ctx is done.
@@ -266,7 +309,7 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 			return transport.ErrClosed
 		}
 	}
-	op := newOutPeer(t, id)
+	op := newOutPeer(t, id, addr)
 	p.out = op
 	t.mu.Unlock()
 
@@ -304,6 +347,9 @@ func (t *Transport) Connect(ctx context.Context, id transport.PeerID, addr strin
 		return err
 	}
 	op.links = links
+	// Striping a memory ring gains nothing: one stripe whatever is set.
+	lo, ok := links[0].(Localer)
+	op.local = ok && lo.Local()
 	close(op.ready)
 	t.links.connects.Add(1)
 	if t.connected[id] {
@@ -331,9 +377,13 @@ func (t *Transport) abandonLink(op *outPeer, reason error) {
 	}
 	if len(closers) > 0 {
 		ev := t.log.Warn()
-		if t.cfg.Orderly != nil && t.cfg.Orderly(reason) {
+		var de *dialError
+		switch {
+		case t.cfg.Orderly != nil && t.cfg.Orderly(reason):
 			ev = t.log.Debug()
-		} else {
+		case errors.As(reason, &de):
+			// Counted as a dial error: no link that was up failed.
+		default:
 			t.links.failures.Add(1)
 		}
 		ev.Str("peer", string(op.id)).AnErr("reason", reason).Msg("link failed; the next Connect dials afresh")
