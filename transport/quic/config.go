@@ -51,6 +51,7 @@ type Config struct {
 	SharedMemory bool
 	// Stripes is the number of QUIC connections per peer. Large messages
 	// are split over them so that one link can use several cores. Default 1.
+	// It is also every channel's initial count, which SetStripes changes.
 	Stripes int
 	// Logger receives connection events and refusals. The zero Logger
 	// discards them.

@@ -66,6 +66,7 @@ var (
 	_ transport.RefusalCounter       = (*Transport)(nil)
 	_ transport.LinkCounter          = (*Transport)(nil)
 	_ transport.SharedMemoryReporter = (*Transport)(nil)
+	_ transport.Striper              = (*Transport)(nil)
 )
 
 // New binds cfg.Listen and starts accepting connections.
@@ -217,6 +218,24 @@ func (t *Transport) LinkStats() transport.LinkStats { return t.core.LinkStats() 
 // streams up to its own window) and its initial congestion window (about
 // 40 kB).
 func (t *Transport) SendBuffer() int { return streams.SendBuffer }
+
+// SetStripes makes ch's next generation of streams to each peer use k
+// stripes, 1 to 255 (transport.Striper); Config.Stripes is every
+// channel's initial count. Connections that a larger count needs are
+// dialed when a large message first needs them. A generation already
+// open keeps its count, so both sides Reopen ch at an idle point, or it is
+// set before ch's first Send; a peer reached through shared memory keeps
+// one stripe.
+func (t *Transport) SetStripes(ch transport.Channel, k int) error {
+	if err := t.core.SetStripes(ch, k); err != nil {
+		return fmt.Errorf("quic: %w", err)
+	}
+	return nil
+}
+
+// Stripes returns ch's stripe count for new generations
+// (transport.Striper).
+func (t *Transport) Stripes(ch transport.Channel) int { return t.core.Stripes(ch) }
 
 // Reopen makes the next Send to peer on ch open new streams
 // (transport.Reopener).

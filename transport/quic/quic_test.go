@@ -772,3 +772,55 @@ func heartbeats(ctx context.Context, from, to *Transport) <-chan gaps {
 	}()
 	return res
 }
+
+// TestSetStripes: a channel set to 4 stripes at run time dials the 3
+// connections Connect did not, when a large message first needs them, and
+// the message arrives intact over them.
+func TestSetStripes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca := transporttest.NewCA(t)
+	a, b := newNode(t, ca, "a", nil), newNode(t, ca, "b", nil)
+	if err := a.SetStripes(transport.ChanData, 256); err == nil {
+		t.Fatal("SetStripes(data, 256) accepted")
+	}
+	if err := a.SetStripes(transport.ChanData, 4); err != nil || a.Stripes(transport.ChanData) != 4 {
+		t.Fatalf("SetStripes(data, 4): %v; Stripes = %d", err, a.Stripes(transport.ChanData))
+	}
+	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.core.LinkCount("b"); n != 1 {
+		t.Fatalf("Connect dialed %d connections, want Config.Stripes 1", n)
+	}
+	msg := make([]byte, 3<<20+7)
+	transporttest.FillPattern(msg, 7)
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, "b", transport.ChanData, wire.Header{Kind: wire.KindData, Seq: 1}, msg) }()
+	buf := make([]byte, len(msg))
+	h, n, err := b.Recv(ctx, "a", transport.ChanData, buf)
+	if err != nil || h.Seq != 1 || n != len(msg) {
+		t.Fatalf("Recv: seq %d, %d bytes, %v; want seq 1 of %d", h.Seq, n, err, len(msg))
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if err := transporttest.CheckPattern(buf, 7); err != nil {
+		t.Fatal(err)
+	}
+	// b accepted every stripe, so it holds every connection they came on.
+	b.mu.Lock()
+	inbound := 0
+	for _, p := range b.inbound {
+		if p == "a" {
+			inbound++
+		}
+	}
+	b.mu.Unlock()
+	if inbound != 4 || a.core.LinkCount("b") != 4 {
+		t.Fatalf("b holds %d connections from a, a %d links to b; want 4 and 4", inbound, a.core.LinkCount("b"))
+	}
+	if s := a.LinkStats(); s.Connects != 1 || s.DialErrors != 0 || s.LinkFailures != 0 {
+		t.Fatalf("LinkStats %+v, want one connect and no errors", s)
+	}
+}

@@ -35,6 +35,7 @@ type Config struct {
 	Limits wire.Limits
 	// Stripes is the number of connections per (peer, channel) that large
 	// messages are split over, so one link can use several cores. Default 1.
+	// It is every channel's initial count, which SetStripes changes.
 	Stripes int
 	// SharedMemory reaches peers on this machine, and in this network
 	// namespace, through shared memory rather than TCP, after the same

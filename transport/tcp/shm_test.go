@@ -105,3 +105,32 @@ func ringsMapped(t *testing.T) int {
 	}
 	return strings.Count(string(maps), "memfd:gyre-ring")
 }
+
+// TestSharedMemoryOneStripe: a channel set to 4 stripes still uses one to
+// a peer reached through shared memory, where striping a ring gains
+// nothing, and 4 to a peer reached over TCP.
+func TestSharedMemoryOneStripe(t *testing.T) {
+	ca := transporttest.NewCA(t)
+	on := func(c *Config) { c.SharedMemory = true }
+	a, b := newNode(t, ca, "a", on), newNode(t, ca, "b", on)
+	c := newNode(t, ca, "c", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.SetStripes(transport.ChanData, 4); err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, ctx, a, b, "a", "b", 2, 3<<20+7)
+	exchange(t, ctx, a, c, "a", "c", 2, 3<<20+7)
+	if !a.SharedMemory("b") {
+		t.Fatal("a does not reach b through shared memory")
+	}
+	if opened, _ := a.shm.Streams(); opened != 1 {
+		t.Errorf("a opened %d shared-memory streams to b, want 1", opened)
+	}
+	if n := a.core.LinkCount("b"); n != 1 {
+		t.Errorf("a holds %d links to b, through shared memory; want 1", n)
+	}
+	if n := a.core.LinkCount("c"); n != 4 {
+		t.Errorf("a holds %d links to c, over TCP; want 4", n)
+	}
+}

@@ -874,3 +874,34 @@ func TestFloodIsBounded(t *testing.T) {
 		t.Fatalf("the summaries count %d refusals, want the %d handshakes at least:\n%s", summed, dialers*each, log)
 	}
 }
+
+// TestSetStripes: a channel set to 4 stripes at run time dials the links
+// Connect did not when a large message first needs them, and the message
+// arrives intact over them; a bad count is refused.
+func TestSetStripes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca := transporttest.NewCA(t)
+	a, b := newNode(t, ca, "a", nil), newNode(t, ca, "b", nil)
+	for _, k := range []int{0, 256} {
+		if err := a.SetStripes(transport.ChanData, k); err == nil {
+			t.Fatalf("SetStripes(data, %d) accepted", k)
+		}
+	}
+	if err := a.SetStripes(transport.ChanData, 4); err != nil || a.Stripes(transport.ChanData) != 4 {
+		t.Fatalf("SetStripes(data, 4): %v; Stripes = %d", err, a.Stripes(transport.ChanData))
+	}
+	if err := a.Connect(ctx, "b", b.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.core.LinkCount("b"); n != 1 {
+		t.Fatalf("Connect dialed %d links, want Config.Stripes 1", n)
+	}
+	exchange(t, ctx, a, b, "a", "b", 2, 3<<20+7)
+	if n := a.core.LinkCount("b"); n != 4 {
+		t.Fatalf("a holds %d links to b, want 4", n)
+	}
+	if s := a.LinkStats(); s.Connects != 1 || s.DialErrors != 0 || s.LinkFailures != 0 {
+		t.Fatalf("LinkStats %+v, want one connect and no errors", s)
+	}
+}

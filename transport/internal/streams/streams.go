@@ -210,7 +210,7 @@ func (t *Transport) SetStripes(ch transport.Channel, k int) error {
 		return err
 	}
 	if k < 1 || k > MaxStripes {
-		return fmt.Errorf("streams: stripes must be 1 to %d, got %d", MaxStripes, k)
+		return fmt.Errorf("stripes must be 1 to %d, got %d", MaxStripes, k)
 	}
 	t.stripes[ch].Store(int32(k))
 	return nil
@@ -264,6 +264,18 @@ func (t *Transport) Local(peer transport.PeerID) bool {
 		}
 	}
 	return true
+}
+
+// LinkCount returns how many links to peer this side has dialed and
+// still holds: Connect's, and those dialed since for stripes. For tests
+// and diagnostics.
+func (t *Transport) LinkCount(peer transport.PeerID) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[peer]; p != nil && p.out != nil && p.out.dead == nil {
+		return len(p.out.links)
+	}
+	return 0
 }
 
 // peerLocked returns the state of id, creating it. t.mu must be held.
