@@ -152,7 +152,7 @@ type Reopener interface {
 // So a new count takes effect only at this side's next generation of ch
 // to each peer: the first Send on ch to a peer, or the first after a
 // Reopen or after a Send cut short. To switch a channel in use, both
-// sides Reopen it (transport.Reopener) at a point where it is idle, after
+// sides Reopen it (Reopener) at a point where it is idle, after
 // SetStripes; or SetStripes before the channel's first use. A peer
 // reached through shared memory always uses one stripe: a memory ring
 // gains nothing from more. Both methods are safe for concurrent use and
