@@ -6,6 +6,7 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -31,9 +32,11 @@ import (
 // trips each way on transport.ChanProbe, then sends probeBytes both ways
 // at once, once per view. Pairs meet in rounds of a round-robin
 // tournament, every member in at most one pair per round, so a view of n
-// probes in n-1 or n rounds and nobody's link is measured while it also
-// carries another probe of the same member. The sender of each direction
-// times it, up to the receiver's acknowledgement.
+// members on n machines probes in n-1 or n rounds and nobody's link is
+// measured while it also carries another probe of the same member.
+// Members that share a machine share its cores and network interface, so
+// no two pairs probe at once on one machine (probePlan). The sender of
+// each direction times it, up to the receiver's acknowledgement.
 
 const (
 	// probeBytes is what a probe sends each way: enough for a TCP or QUIC
@@ -374,7 +377,13 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	if env.Watch != nil {
 		lctx, stop = env.Watch(ctx)
 	}
-	err := probeLinks(lctx, env, v, own[:n], own[n:2*n])
+	d := kernels.Probe()
+	machines, err := gatherMachines(ctx, v, machineHash(cmp.Or(env.Machine, d.Boot)))
+	if err != nil {
+		stop()
+		return t, fmt.Errorf("gyre: gather the members' machines: %w", err)
+	}
+	err = probeLinks(lctx, env, v, probePlan(machines), own[:n], own[n:2*n])
 	stop()
 	if err != nil {
 		return t, fmt.Errorf("gyre: link probes: %w", err)
@@ -392,7 +401,6 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 		return t, ctx.Err()
 	}
 	measureKernels(own[2*n : 2*n+kernelRates])
-	d := kernels.Probe()
 	own[2*n+coresUsable], own[2*n+coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
 	own[2*n+machineID] = machineHash(d.Boot)
 	if sharedLinks(env.T, v) {
@@ -473,35 +481,135 @@ func slowestLink(speed [][]int64, order []int) float64 {
 }
 
 // probeLinks measures this worker's send speed (bytes per second) and
-// latency (nanoseconds) to every other member of vs into speed and
-// latency, by rank. A link whose probe failed is logged and taken at
-// failedProbeSpeed, with its latency if the round trips were timed
-// before the failure (else 0, unknown). It ends at once with ctx: the
-// caller ends it when a member falls silent, and the view is lost then.
-func probeLinks(ctx context.Context, env Env, v *view.View, speed, latency []int64) error {
-	n := len(v.IDs)
+// latency (nanoseconds) to every other member of v into speed and
+// latency, by rank, pair by pair as plan orders them. A link whose probe
+// failed is logged and taken at failedProbeSpeed, with its latency if
+// the round trips were timed before the failure (else 0, unknown). It
+// ends at once with ctx: the caller ends it when a member falls silent,
+// and the view is lost then.
+func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, speed, latency []int64) error {
 	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
-	for round := range probeRounds(n) {
-		peer := probePartner(n, v.Rank, round)
-		if peer < 0 {
-			continue
+	for round, pairs := range plan.rounds {
+		if peer := partnerIn(pairs, v.Rank); peer >= 0 {
+			p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf,
+				hdr: wire.Header{Kind: wire.KindProbe, Epoch: v.Epoch, Seq: env.Seq, Step: uint32(round)}}
+			rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
+			s, l, err := p.exchange(rctx, v.Rank < peer)
+			cancel()
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if err != nil {
+				env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
+					Msg("link probe failed; the ring avoids the link")
+				s = failedProbeSpeed
+			}
+			speed[peer], latency[peer] = s, l.Nanoseconds()
 		}
-		p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf,
-			hdr: wire.Header{Kind: wire.KindProbe, Epoch: v.Epoch, Seq: env.Seq, Step: uint32(round)}}
-		rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
-		s, l, err := p.exchange(rctx, v.Rank < peer)
-		cancel()
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
+		if plan.barriers {
+			// A rank with no pair in this round, or done early, must not
+			// start its next pair while a rank of its machine still
+			// probes this one.
+			if err := v.Ctrl.Barrier(ctx); err != nil {
+				return fmt.Errorf("gyre: end probe round %d: %w", round, err)
+			}
 		}
-		if err != nil {
-			env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
-				Msg("link probe failed; the ring avoids the link")
-			s = failedProbeSpeed
-		}
-		speed[peer], latency[peer] = s, l.Nanoseconds()
 	}
 	return nil
+}
+
+// gatherMachines allgathers every member's machine (a machineHash of its
+// boot id, 0 if unknown) on the control channel, so that the pairs'
+// probes can be scheduled before any of them runs.
+func gatherMachines(ctx context.Context, v *view.View, own int64) ([]int64, error) {
+	machines := make([]int64, len(v.IDs))
+	machines[v.Rank] = own
+	if err := ring.AllGather(ctx, v.Ctrl, machines); err != nil {
+		return nil, err
+	}
+	return machines, nil
+}
+
+// probeSchedule is the order of a view's pair probes: rounds of pairs
+// that run at once, and whether every member waits for the others at the
+// end of each round.
+type probeSchedule struct {
+	rounds   [][][2]int
+	barriers bool
+}
+
+// probePlan schedules the probes of members on machines (a hash per
+// rank, 0 unknown: a machine of its own). Ranks of one machine share its
+// cores and its network interface: two of its pairs probed at once would
+// each measure their share of them, not the link (over QUIC, whose
+// packets cost CPU, namespace hosts of one kernel measured the CPU a
+// pair got). So no two pairs of a round touch one machine. The pairs are
+// taken in the order of the round-robin tournament (probePartner) and
+// each goes to the first round where its machines are free; with every
+// rank on a machine of its own that is the tournament itself, which
+// needs no barriers, as a rank is in one pair at a time by itself. With
+// machines shared, rounds end at a barrier, as a rank idle in a round
+// would otherwise start its next pair early. Every member derives the
+// same schedule from the same table.
+func probePlan(machines []int64) probeSchedule {
+	n := len(machines)
+	key := make([]int64, n)
+	shared := false
+	seen := map[int64]bool{}
+	for r, m := range machines {
+		key[r] = m
+		if m == 0 {
+			key[r] = -int64(r) - 1
+		}
+		shared = shared || seen[key[r]]
+		seen[key[r]] = true
+	}
+	var plan probeSchedule
+	if !shared {
+		for k := range probeRounds(n) {
+			var pairs [][2]int
+			for r := range n {
+				if p := probePartner(n, r, k); p > r {
+					pairs = append(pairs, [2]int{r, p})
+				}
+			}
+			plan.rounds = append(plan.rounds, pairs)
+		}
+		return plan
+	}
+	plan.barriers = true
+	var busy []map[int64]bool // by round: the machines in use
+	for k := range probeRounds(n) {
+		for r := range n {
+			p := probePartner(n, r, k)
+			if p <= r {
+				continue
+			}
+			i := 0
+			for ; i < len(busy) && (busy[i][key[r]] || busy[i][key[p]]); i++ {
+			}
+			if i == len(busy) {
+				busy = append(busy, map[int64]bool{})
+				plan.rounds = append(plan.rounds, nil)
+			}
+			busy[i][key[r]], busy[i][key[p]] = true, true
+			plan.rounds[i] = append(plan.rounds[i], [2]int{r, p})
+		}
+	}
+	return plan
+}
+
+// partnerIn returns rank's partner among pairs, or -1.
+func partnerIn(pairs [][2]int, rank int) int {
+	for _, pr := range pairs {
+		switch rank {
+		case pr[0]:
+			return pr[1]
+		case pr[1]:
+			return pr[0]
+		}
+	}
+	return -1
 }
 
 // probeRounds is the number of rounds of n members' round-robin

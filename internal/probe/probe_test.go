@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/gyre-ml/gyre/internal/view"
+	"github.com/gyre-ml/gyre/internal/vote"
 	"github.com/gyre-ml/gyre/internal/wire"
+	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/mem"
 )
@@ -192,4 +196,201 @@ func TestCPUShares(t *testing.T) {
 	if machineHash("") != 0 || machineHash("x") == 0 {
 		t.Errorf("machineHash: %d for none, %d for one", machineHash(""), machineHash("x"))
 	}
+}
+
+// TestProbePlan: every pair of members is probed exactly once; no rank is
+// in two pairs of a round; where ranks share a machine, no two pairs of a
+// round touch one machine and rounds end at a barrier; with a machine
+// each (or unknown machines), the plan is the tournament without barriers.
+func TestProbePlan(t *testing.T) {
+	for name, machines := range map[string][]int64{
+		"a machine each":    {1, 2, 3, 4, 5},
+		"unknown":           {0, 0, 0, 0},
+		"one machine":       {7, 7, 7, 7, 7, 7},
+		"two by two":        {1, 1, 2, 2},
+		"three hosts mixed": {1, 2, 2, 3, 3, 3, 0},
+		"one rank":          {1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := len(machines)
+			plan := probePlan(machines)
+			shared := len(slices.Compact(slices.Sorted(slices.Values(machines)))) < n && !slices.Contains(machines, 0)
+			if name == "three hosts mixed" {
+				shared = true
+			}
+			if plan.barriers != shared {
+				t.Fatalf("barriers %v with machines %v", plan.barriers, machines)
+			}
+			met := map[[2]int]int{}
+			for k, pairs := range plan.rounds {
+				ranks, used := map[int]bool{}, map[int64]bool{}
+				for _, pr := range pairs {
+					a, b := pr[0], pr[1]
+					if a >= b || a < 0 || b >= n {
+						t.Fatalf("round %d: pair %v", k, pr)
+					}
+					if ranks[a] || ranks[b] {
+						t.Fatalf("round %d: a rank of %v is in two pairs", k, pr)
+					}
+					ranks[a], ranks[b] = true, true
+					met[pr]++
+					if !shared {
+						if p := probePartner(n, a, k); p != b {
+							t.Fatalf("round %d: pair %v, the tournament pairs %d with %d", k, pr, a, p)
+						}
+						continue
+					}
+					ma, mb := keyOf(machines, a), keyOf(machines, b)
+					if used[ma] || used[mb] {
+						t.Fatalf("round %d: pair %v shares a machine with another pair: %v", k, pr, pairs)
+					}
+					used[ma], used[mb] = true, true
+				}
+			}
+			if len(met) != n*(n-1)/2 {
+				t.Fatalf("%d pairs probed, want %d", len(met), n*(n-1)/2)
+			}
+			for pr, c := range met {
+				if c != 1 {
+					t.Fatalf("pair %v probed %d times", pr, c)
+				}
+			}
+			if again := probePlan(machines); !slices.EqualFunc(again.rounds, plan.rounds, slices.Equal) {
+				t.Fatalf("two plans of one table differ")
+			}
+		})
+	}
+}
+
+func keyOf(machines []int64, r int) int64 {
+	if machines[r] == 0 {
+		return -int64(r) - 1
+	}
+	return machines[r]
+}
+
+// TestRunProbesOneMachineAtATime: four ranks on two machines, over links
+// slow enough that a bulk probe takes tens of milliseconds. Run measures
+// every link, and no two pairs' bulk probes touching one machine ever ran
+// at once: the transport saw each rank's bulk exchange from its first
+// payload to the peer's acknowledgement.
+func TestRunProbesOneMachineAtATime(t *testing.T) {
+	// The kernels' worker pool is the process's, started by the first
+	// reduction timing.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/gyre-ml/gyre/kernels.(*Pool).work"))
+	const n = 4
+	machines := []string{"m1", "m1", "m2", "m2"}
+	net := mem.NewNetwork(1)
+	ids := []transport.PeerID{"r0", "r1", "r2", "r3"}
+	rec := &bulkLog{start: map[int]time.Time{}}
+	trs := make([]*spyTransport, n)
+	for i, id := range ids {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = &spyTransport{Transport: tr, rank: i, ids: ids, log: rec}
+	}
+	for i := range ids {
+		for j := range ids {
+			if i != j {
+				net.SetLink(ids[i], ids[j], mem.Link{Rate: 200e6})
+				if err := trs[i].Connect(t.Context(), ids[j], string(ids[j])); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	members := make([]vote.Member, n)
+	for i, id := range ids {
+		members[i] = vote.Member{ID: id, Addr: fmt.Sprintf("10.0.0.%d:1", i)}
+	}
+	speeds := make([][]int64, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range n {
+		wg.Go(func() {
+			ctrl, err := ring.NewComm(trs[r], ring.Config{Epoch: 1, Members: ids, Rank: r, Channel: transport.ChanControl})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer ctrl.Close()
+			v := &view.View{Epoch: 1, Members: members, IDs: ids, Rank: r, Ctrl: ctrl}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			tb, err := probeTable(ctx, Env{T: trs[r], Tune: true, Machine: machines[r], Log: zerolog.Nop()}, v)
+			errs[r] = err
+			speeds[r] = tb.row(r)[:n]
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		for p, s := range speeds[r] {
+			if p != r && (s <= 0 || s == failedProbeSpeed) {
+				t.Fatalf("rank %d: speed to %d is %d", r, p, s)
+			}
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.spans) != n*(n-1) {
+		t.Fatalf("%d bulk exchanges seen, want %d", len(rec.spans), n*(n-1))
+	}
+	for i, a := range rec.spans {
+		for _, b := range rec.spans[i+1:] {
+			samePair := a.rank == b.peer && a.peer == b.rank
+			shareMachine := machines[a.rank] == machines[b.rank] || machines[a.rank] == machines[b.peer] ||
+				machines[a.peer] == machines[b.rank] || machines[a.peer] == machines[b.peer]
+			if !samePair && shareMachine && a.from.Before(b.to) && b.from.Before(a.to) {
+				t.Errorf("ranks %d->%d (%v to %v) and %d->%d (%v to %v) probed at once on one machine",
+					a.rank, a.peer, a.from, a.to, b.rank, b.peer, b.from, b.to)
+			}
+		}
+	}
+}
+
+// bulkLog records when each rank's bulk probe to each peer ran.
+type bulkLog struct {
+	mu    sync.Mutex
+	start map[int]time.Time // by rank*100+peer
+	spans []span
+}
+
+type span struct {
+	rank, peer int
+	from, to   time.Time
+}
+
+// spyTransport notes a rank's first bulk payload to a peer and the peer's
+// acknowledgement of them.
+type spyTransport struct {
+	transport.Transport
+	rank int
+	ids  []transport.PeerID
+	log  *bulkLog
+}
+
+func (s *spyTransport) Send(ctx context.Context, peer transport.PeerID, ch transport.Channel, hdr wire.Header, payload []byte) error {
+	if ch == transport.ChanProbe && hdr.Flags == 0 && hdr.Chunk == 0 {
+		s.log.mu.Lock()
+		s.log.start[s.rank*100+slices.Index(s.ids, peer)] = time.Now()
+		s.log.mu.Unlock()
+	}
+	return s.Transport.Send(ctx, peer, ch, hdr, payload)
+}
+
+func (s *spyTransport) Recv(ctx context.Context, peer transport.PeerID, ch transport.Channel, buf []byte) (wire.Header, int, error) {
+	h, n, err := s.Transport.Recv(ctx, peer, ch, buf)
+	if err == nil && ch == transport.ChanProbe && h.Flags == probeAck {
+		p := slices.Index(s.ids, peer)
+		s.log.mu.Lock()
+		s.log.spans = append(s.log.spans, span{rank: s.rank, peer: p, from: s.log.start[s.rank*100+p], to: time.Now()})
+		s.log.mu.Unlock()
+	}
+	return h, n, err
 }
