@@ -13,8 +13,10 @@
 # order the median over the runs, and the busbw ratio auto/fixed (fixed's
 # time over auto's; each run's table gives its busbw).
 # TRANSPORT is tcp (TLS; default) or quic. OUT=DIR keeps the outputs.
+# HOSTS=N runs N hosts instead of 4 (odd hosts in one rack, even in the
+# other, so address order still crosses the trunk at every link).
 set -eu
-[ $# -ge 1 ] || { sed -n '2,15p' "$0" | cut -c3- >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,17p' "$0" | cut -c3- >&2; exit 2; }
 [ -f "${1:-}" ] || { echo "locality-cluster: the first argument must be the namespace-cluster script, \$CLUSTER_SH (see README), not '${1:-}'" >&2; exit 2; }
 cluster=$1
 transport=${2:-tcp}
@@ -26,7 +28,7 @@ for i in $(seq 1 "${ROUNDS:-3}"); do
   for order in fixed auto; do
     run="$order-$i"
     env OUT="$out/$run" RACKS=2 TRUNK="${TRUNK:-200mbit}" GYRE_TRANSPORT="$transport" LOGLEVEL=info \
-      sh "$here/bench/cluster-job.sh" "$cluster" 4 off \
+      sh "$here/bench/cluster-job.sh" "$cluster" "${HOSTS:-4}" off \
       bench allreduce --sizes "$size" --iters "${ITERS:-5}" -w 1 --ring-order "$order" > "$out/$run.txt" 2>&1 || {
       echo "locality-cluster: the $run run failed; see $out/$run.txt and $out/$run/" >&2
       exit 1
@@ -38,7 +40,7 @@ for i in $(seq 1 "${ROUNDS:-3}"); do
     echo "run $run: ring $ring  median ${us} us"
   done
 done
-awk -v n=4 '
+awk '
   { t[$1] = t[$1] " " $3 }
   function median(s,   a, k, i, j, x) {
     k = split(s, a, " ")
@@ -47,7 +49,7 @@ awk -v n=4 '
   }
   END {
     for (o in t) m[o] = median(t[o])
-    printf "transport '"$transport"'  size '"$size"'  trunk '"${TRUNK:-200mbit}"'\n"
+    printf "transport '"$transport"'  hosts '"${HOSTS:-4}"'  size '"$size"'  trunk '"${TRUNK:-200mbit}"'\n"
     for (o in m) printf "%-5s median %.0f us over the runs\n", o, m[o]
     if (m["fixed"] > 0 && m["auto"] > 0) printf "auto/fixed busbw %.2f\n", m["fixed"] / m["auto"]
   }' "$out/runs.txt" | tee "$out/summary.txt"
