@@ -43,8 +43,14 @@ const (
 	// connection to leave slow start on a LAN, little enough that a view
 	// of 16 probes in about a second on a 1 Gbit/s network.
 	probeBytes = 4 << 20
-	// probeMessage is the size of one probe message.
-	probeMessage = 256 << 10
+	// probeMessage is the size of one probe message: below
+	// wire.StripeMin, so that it travels over one connection even where
+	// the probe channel is striped.
+	probeMessage = 128 << 10
+	// stripedMessage is the size of one striped probe message: the
+	// ring's pipeline chunk, split over the stripes as a chunk is.
+	stripedMessage = ring.DefaultChunkBytes
+
 	// pingCount is the number of round trips each side of a pair times
 	// for the latency: the median of 16 is past a first slow one (a
 	// cold path, a scheduler wakeup) and costs under a millisecond on a
@@ -66,6 +72,17 @@ const (
 	reduceProbeBytes = ring.DefaultChunkBytes
 )
 
+// AutoStripes is the stripes the probes try against one connection
+// where striping may pay, for Env.Stripes: a bare quic-go probe of a
+// 2-core machine gained 1.23x both ways from 2 connections and 1.24x
+// from 4, and 1.38x and 1.47x one way.
+const AutoStripes = 4
+
+// stripesGain is how much faster striped links must make the ring for
+// the data channel to be striped: past the probes' noise, as
+// ring.ChooseOrder asks of a new order.
+const stripesGain = 1.1
+
 // DefaultReprobeEvery is how often, in iterations, a view that keeps its
 // members probes its links again, so that the ring follows links whose
 // speed changed (traffic of other jobs, a rerouted uplink): rarely, as a
@@ -75,9 +92,12 @@ const DefaultReprobeEvery = 1000
 
 // Flags of probe messages: a probe's payload has none.
 const (
-	probeAck  = 1 // the receiver has the payload
-	probePing = 2 // a latency round trip's question
-	probePong = 3 // and its answer
+	probeAck        = 1 // the receiver has the payload
+	probePing       = 2 // a latency round trip's question
+	probePong       = 3 // and its answer
+	probeStriped    = 4 // a striped bulk probe's payload
+	probeStripedAck = 5 // the receiver has it
+	probeWarm       = 6 // the striped message each side sends before
 )
 
 // smallPoll is how long the receives of a small collective poll before
@@ -95,6 +115,10 @@ type Env struct {
 	// Compress auto, or Algo hierarchical); Always that the hierarchical
 	// allreduce runs wherever it applies (Algo hierarchical).
 	Order, Tune, Always bool
+	// Stripes, with 2 or more, has the probes choose the data channel's
+	// stripes (transport.Striper): 1, or Stripes where that makes the
+	// ring at least stripesGain faster (Config.Stripes auto).
+	Stripes int
 	// Machine, if set, replaces this worker's machine (boot id and
 	// network namespace): a test's.
 	Machine string
@@ -124,7 +148,8 @@ func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
 	n := len(v.IDs)
 	ordering := env.Order && n >= minOrderedRing
 	tuning := env.Tune && n >= 2
-	if !ordering && !tuning {
+	striping := env.Stripes > 1 && n >= 2
+	if !ordering && !tuning && !striping {
 		return view.Probed{}, nil
 	}
 	if env.Fail != nil {
@@ -140,6 +165,17 @@ func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
 	}
 	var p view.Probed
 	order, _ := v.Ordered()
+	if striping {
+		k, gain := 1, 0.0
+		if t.striped {
+			if gain = stripingGain(t, v, ordering, order); gain >= stripesGain {
+				k, t = env.Stripes, t.withStripedSpeeds()
+			}
+		}
+		p.Stripes = &k
+		env.Log.Info().Int("stripes", k).Bool("probed_striped", t.striped).Float64("striped_gain", gain).
+			Msg("data channel stripes from link probes")
+	}
 	if ordering {
 		order, p.Order = chooseOrder(env.Log, v, t.speeds())
 	}
@@ -170,13 +206,32 @@ func Run(ctx context.Context, env Env, v *view.View) (view.Probed, error) {
 	return p, nil
 }
 
+// stripingGain returns how many times faster t's striped speeds make
+// the ring of a large allreduce than its single ones, each in the order
+// it would run in: the order of its own speeds if ordering, else order.
+func stripingGain(t table, v *view.View, ordering bool, order []int) float64 {
+	const size = 64 << 20
+	hosts := v.Hosts()
+	timeOf := func(t table) float64 {
+		o := order
+		if ordering {
+			o = ring.ChooseOrder(t.speeds())
+		}
+		return ring.FitCostModel(t.probes(hosts), o).Ring(t.n, size)
+	}
+	return timeOf(t) / timeOf(t.withStripedSpeeds())
+}
+
 // chooseOrder returns the ring order speed gives, and it again as
 // changed if it differs from v's current one (else nil).
 func chooseOrder(log zerolog.Logger, v *view.View, speed [][]int64) (order, changed []int) {
 	n := len(v.IDs)
-	order = ring.ChooseOrder(speed)
-	if cur, probed := v.Ordered(); probed && slices.Equal(order, cur) {
-		log.Debug().Ints("order", v.RingOrder()).Msg("ring order kept after link probes")
+	// nil is rank order: a ring that was ordered goes back to it.
+	if order = ring.ChooseOrder(speed); order == nil {
+		order = ring.RankOrder(n)
+	}
+	if slices.Equal(order, v.RingOrder()) {
+		log.Debug().Ints("order", order).Msg("ring order kept after link probes")
 		return order, nil
 	}
 	log.Info().Ints("order", order).Float64("slowest_link_mb_s", slowestLink(speed, order)/1e6).
@@ -187,7 +242,8 @@ func chooseOrder(log zerolog.Logger, v *view.View, speed [][]int64) (order, chan
 
 // table is every member's probe figures, a row per rank: its send
 // speed to every rank (bytes per second), its latency to every rank
-// (nanoseconds), then its kernel rates (kernelRates, bytes per second),
+// (nanoseconds), its send speed over striped connections to every rank
+// (0 unless striped), then its kernel rates (kernelRates, bytes per second),
 // the cores it may use and the CPUs online on its host, both in
 // thousandths (coresUsable, coresOnline), and a hash of its machine's
 // boot id (machineID), and whether all its links go through shared
@@ -195,7 +251,14 @@ func chooseOrder(log zerolog.Logger, v *view.View, speed [][]int64) (order, chan
 type table struct {
 	n    int
 	rows []int64
+	// striped says the links were probed over striped connections too
+	// (Env.Stripes), the same on every member.
+	striped bool
 }
+
+// linkBlocks is the blocks of n figures a row starts with: speeds,
+// latencies and striped speeds.
+const linkBlocks = 3
 
 // Kernel rates at the end of a probe table's row.
 const (
@@ -266,7 +329,7 @@ func hostOf(override, boot string) string {
 func (t table) hosts() []int {
 	out := make([]int, t.n)
 	for r := range t.n {
-		id := t.row(r)[2*t.n+hostID]
+		id := t.tail(r)[hostID]
 		if id == 0 {
 			id = -int64(r) - 1
 		}
@@ -291,7 +354,7 @@ func hierarchyFrom(flat ring.CostModel, n int, h *ring.Hierarchy) int {
 // shared memory.
 func (t table) allShared() bool {
 	for r := range t.n {
-		if t.row(r)[2*t.n+allShared] != 1 {
+		if t.tail(r)[allShared] != 1 {
 			return false
 		}
 	}
@@ -305,14 +368,18 @@ const kernelStagger = 20 * time.Millisecond
 
 // newTable returns an empty table for n members.
 func newTable(n int) table {
-	return table{n: n, rows: make([]int64, n*(2*n+rowTail))}
+	return table{n: n, rows: make([]int64, n*(linkBlocks*n+rowTail))}
 }
 
 // row returns rank r's row.
 func (t table) row(r int) []int64 {
-	w := 2*t.n + rowTail
+	w := linkBlocks*t.n + rowTail
 	return t.rows[r*w : (r+1)*w : (r+1)*w]
 }
+
+// tail returns what follows rank r's link figures: kernel rates and
+// machine (rateReduce to hostID).
+func (t table) tail(r int) []int64 { return t.row(r)[linkBlocks*t.n:] }
 
 // speeds returns the speed table, [from][to].
 func (t table) speeds() [][]int64 {
@@ -321,6 +388,25 @@ func (t table) speeds() [][]int64 {
 		out[r] = t.row(r)[:t.n]
 	}
 	return out
+}
+
+// stripedSpeeds returns the speed table over striped connections.
+func (t table) stripedSpeeds() [][]int64 {
+	out := make([][]int64, t.n)
+	for r := range out {
+		out[r] = t.row(r)[2*t.n : 3*t.n]
+	}
+	return out
+}
+
+// withStripedSpeeds returns a copy of t whose speeds are the striped ones.
+func (t table) withStripedSpeeds() table {
+	c := table{n: t.n, rows: slices.Clone(t.rows), striped: t.striped}
+	for r := range c.n {
+		row := c.row(r)
+		copy(row[:c.n], row[2*c.n:3*c.n])
+	}
+	return c
 }
 
 // probes returns the table as ring.Probes, for members on hosts (a rank's
@@ -342,7 +428,7 @@ func (t table) probes(hosts []string) ring.Probes {
 			p.Speed[r][j] = float64(row[j])
 			p.Latency[r][j] = float64(row[n+j]) / 1e9
 		}
-		rates := row[2*n:]
+		rates := t.tail(r)
 		p.Reduce[r] = float64(rates[rateReduce])
 		p.Encode[r] = float64(rates[rateEncode]) * shares[r]
 		p.Decode[r] = float64(rates[rateDecode]) * shares[r]
@@ -358,7 +444,7 @@ func (t table) cpuShares(hosts []string) []float64 {
 	usable, online := make([]int64, t.n), make([]int64, t.n)
 	machines := slices.Clone(hosts)
 	for r := range t.n {
-		row := t.row(r)[2*t.n:]
+		row := t.tail(r)
 		usable[r], online[r] = row[coresUsable], row[coresOnline]
 		if id := row[machineID]; id != 0 {
 			machines[r] = fmt.Sprintf("boot %x", uint64(id))
@@ -373,17 +459,28 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	n := len(v.IDs)
 	t := newTable(n)
 	own := t.row(v.Rank)
+	tail := t.tail(v.Rank)
+	d := kernels.Probe()
+	tail[coresUsable], tail[coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
+	tail[machineID] = machineHash(cmp.Or(env.Machine, d.Boot))
+	if sharedLinks(env.T, v) {
+		tail[allShared] = 1
+	}
+	tail[hostID] = machineHash(hostOf(env.Machine, d.Boot))
+	if err := gatherMachines(ctx, v, t); err != nil {
+		return t, fmt.Errorf("gyre: gather the members' machines: %w", err)
+	}
+	t.striped = env.Stripes > 1 && t.stripingMayPay(v.Hosts())
+	if t.striped {
+		if err := stripeProbes(env, v); err != nil {
+			return t, err
+		}
+	}
 	lctx, stop := ctx, func() {}
 	if env.Watch != nil {
 		lctx, stop = env.Watch(ctx)
 	}
-	d := kernels.Probe()
-	machines, err := gatherMachines(ctx, v, machineHash(cmp.Or(env.Machine, d.Boot)))
-	if err != nil {
-		stop()
-		return t, fmt.Errorf("gyre: gather the members' machines: %w", err)
-	}
-	err = probeLinks(lctx, env, v, probePlan(machines), own[:n], own[n:2*n])
+	err := probeLinks(lctx, env, v, probePlan(t.machines()), t.striped, own[:n], own[n:2*n], own[2*n:3*n])
 	stop()
 	if err != nil {
 		return t, fmt.Errorf("gyre: link probes: %w", err)
@@ -400,24 +497,88 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 	case <-ctx.Done():
 		return t, ctx.Err()
 	}
-	measureKernels(own[2*n : 2*n+kernelRates])
-	own[2*n+coresUsable], own[2*n+coresOnline] = int64(d.Usable()*1000), int64(d.Online*1000)
-	own[2*n+machineID] = machineHash(d.Boot)
-	if sharedLinks(env.T, v) {
-		own[2*n+allShared] = 1
-	}
-	own[2*n+hostID] = machineHash(hostOf(env.Machine, d.Boot))
+	measureKernels(tail[:kernelRates])
 	if err := ring.AllGather(ctx, v.Ctrl, t.rows); err != nil {
 		return t, fmt.Errorf("gyre: gather the link probes: %w", err)
 	}
 	if e := env.Log.Debug(); e.Enabled() {
 		rows := make([]string, n)
 		for r := range n {
-			rows[r] = fmt.Sprint(mbPerSec(t.row(r)[:n]), " lat_us ", usOf(t.row(r)[n:2*n]))
+			rows[r] = fmt.Sprint(mbPerSec(t.row(r)[:n]), " lat_us ", usOf(t.row(r)[n:2*n]), " striped ", mbPerSec(t.row(r)[2*n:3*n]))
 		}
-		e.Strs("links", rows).Msg("link speeds (MB/s) and latencies, a row per sender")
+		e.Strs("links", rows).Msg("link speeds (MB/s), latencies and striped speeds, a row per sender")
 	}
 	return t, nil
+}
+
+// gatherMachines allgathers what every member knows of its machine
+// before any link is probed (t's tail columns from coresUsable on: its
+// cores, its machine, whether its links are all shared memory), so that
+// the pairs' probes can be scheduled and striped. The table's gather
+// sends them again, with the rest.
+func gatherMachines(ctx context.Context, v *view.View, t table) error {
+	const first, cols = coresUsable, rowTail - coresUsable
+	n := len(v.IDs)
+	buf := make([]int64, n*cols)
+	copy(buf[v.Rank*cols:], t.tail(v.Rank)[first:])
+	if err := ring.AllGather(ctx, v.Ctrl, buf); err != nil {
+		return err
+	}
+	for r := range n {
+		copy(t.tail(r)[first:], buf[r*cols:(r+1)*cols])
+	}
+	return nil
+}
+
+// machines returns each rank's machine, machineHash of its boot id (0
+// unknown).
+func (t table) machines() []int64 {
+	out := make([]int64, t.n)
+	for r := range out {
+		out[r] = t.tail(r)[machineID]
+	}
+	return out
+}
+
+// stripingMayPay reports whether striping a link over several
+// connections might make it faster, and so whether the links are probed
+// striped too: not if every link is shared memory, which is never
+// striped, nor if a member has less than a core of its own (cpuShares).
+// Striping buys a link more cores (each QUIC connection runs on its own
+// goroutines); with none to spare it only adds packets' overhead. For
+// the same reason as the poll's rule: 6 QUIC namespace hosts on 2 cores
+// gained nothing from more connections.
+func (t table) stripingMayPay(hosts []string) bool {
+	if t.allShared() {
+		return false
+	}
+	for _, s := range t.cpuShares(hosts) {
+		if s < 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// stripeProbes makes this worker's probe streams striped over
+// env.Stripes connections to each member, if they are not yet. Every
+// member does so before its first striped probe, and its probe channel
+// is idle then (the members' previous probes ended before they gathered
+// their table), so the members reopen the channel together.
+func stripeProbes(env Env, v *view.View) error {
+	st, ok := env.T.(transport.Striper)
+	if !ok || st.Stripes(transport.ChanProbe) == env.Stripes {
+		return nil
+	}
+	if err := st.SetStripes(transport.ChanProbe, env.Stripes); err != nil {
+		return fmt.Errorf("gyre: stripe the link probes: %w", err)
+	}
+	if ro, ok := env.T.(transport.Reopener); ok {
+		for _, id := range v.Others() {
+			ro.Reopen(id, transport.ChanProbe)
+		}
+	}
+	return nil
 }
 
 // measureKernels times, on this core, the kernels the cost model needs
@@ -487,11 +648,15 @@ func slowestLink(speed [][]int64, order []int) float64 {
 // the round trips were timed before the failure (else 0, unknown). It
 // ends at once with ctx: the caller ends it when a member falls silent,
 // and the view is lost then.
-func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, speed, latency []int64) error {
-	buf, rbuf := make([]byte, probeMessage), make([]byte, probeMessage)
+func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, striped bool, speed, latency, stripedSpeed []int64) error {
+	size := probeMessage
+	if striped {
+		size = stripedMessage
+	}
+	buf, rbuf := make([]byte, size), make([]byte, size)
 	for round, pairs := range plan.rounds {
 		if peer := partnerIn(pairs, v.Rank); peer >= 0 {
-			p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf,
+			p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf, striped: striped,
 				hdr: wire.Header{Kind: wire.KindProbe, Epoch: v.Epoch, Seq: env.Seq, Step: uint32(round)}}
 			rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
 			s, l, err := p.exchange(rctx, v.Rank < peer)
@@ -502,9 +667,9 @@ func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, 
 			if err != nil {
 				env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
 					Msg("link probe failed; the ring avoids the link")
-				s = failedProbeSpeed
+				s = speeds{single: failedProbeSpeed, striped: failedProbeSpeed}
 			}
-			speed[peer], latency[peer] = s, l.Nanoseconds()
+			speed[peer], latency[peer], stripedSpeed[peer] = s.single, l.Nanoseconds(), s.striped
 		}
 		if plan.barriers {
 			// A rank with no pair in this round, or done early, must not
@@ -516,18 +681,6 @@ func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, 
 		}
 	}
 	return nil
-}
-
-// gatherMachines allgathers every member's machine (a machineHash of its
-// boot id, 0 if unknown) on the control channel, so that the pairs'
-// probes can be scheduled before any of them runs.
-func gatherMachines(ctx context.Context, v *view.View, own int64) ([]int64, error) {
-	machines := make([]int64, len(v.IDs))
-	machines[v.Rank] = own
-	if err := ring.AllGather(ctx, v.Ctrl, machines); err != nil {
-		return nil, err
-	}
-	return machines, nil
 }
 
 // probeSchedule is the order of a view's pair probes: rounds of pairs
@@ -651,16 +804,37 @@ type prober struct {
 	hdr  wire.Header // Kind, Epoch, Seq (generation) and Step (round)
 	buf  []byte      // what this side sends
 	rbuf []byte      // what it receives
+	// striped adds a bulk probe in messages large enough to be striped
+	// (stripedMessage), after the single connection's.
+	striped bool
 }
 
+// speeds are a link's speeds in bytes per second: over one connection,
+// and over the striped ones (0 if not probed).
+type speeds struct{ single, striped int64 }
+
+// bulk is one bulk probe's messages: their flags, the flags of their
+// acknowledgement, and their size. A message of at least wire.StripeMin
+// goes over every stripe of the probe channel, a smaller one over the
+// first only.
+type bulk struct {
+	payload, ack uint8
+	size         int
+}
+
+var (
+	singleBulk  = bulk{payload: 0, ack: probeAck, size: probeMessage}
+	stripedBulk = bulk{payload: probeStriped, ack: probeStripedAck, size: stripedMessage}
+)
+
 // exchange times the latency, this side's pings first if first, then
-// probes both directions at once, and returns this side's send speed in
-// bytes per second and its latency to the peer. The round trips come
-// first because they leave the two sides in step, within a round trip of
-// each other: a side that started the bulk probe while its peer was still
-// busy elsewhere would count the wait as transfer time. On failure the
-// latency is returned if it was timed.
-func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency time.Duration, err error) {
+// probes both directions at once, and returns this side's send speeds
+// and its latency to the peer. The round trips come first because they
+// leave the two sides in step, within a round trip of each other: a side
+// that started the bulk probe while its peer was still busy elsewhere
+// would count the wait as transfer time. On failure the latency is
+// returned if it was timed.
+func (p prober) exchange(ctx context.Context, first bool) (s speeds, latency time.Duration, err error) {
 	if first {
 		if latency, err = p.ping(ctx); err == nil {
 			err = p.pong(ctx)
@@ -669,10 +843,23 @@ func (p prober) exchange(ctx context.Context, first bool) (speed int64, latency 
 		latency, err = p.ping(ctx)
 	}
 	if err != nil {
-		return 0, latency, err
+		return s, latency, err
 	}
-	speed, err = p.both(ctx)
-	return speed, latency, err
+	if s.single, err = p.both(ctx, singleBulk); err != nil || !p.striped {
+		return s, latency, err
+	}
+	// One striped message each way first, untimed: it dials the
+	// stripes' connections where they are new.
+	h := p.hdr
+	h.Flags = probeWarm
+	if err = p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf[:stripedMessage]); err != nil {
+		return s, latency, fmt.Errorf("gyre: probe %s striped: %w", p.peer, err)
+	}
+	if err = p.await(ctx, probeWarm); err != nil {
+		return s, latency, err
+	}
+	s.striped, err = p.both(ctx, stripedBulk)
+	return s, latency, err
 }
 
 // ping times pingCount round trips of an empty message and returns half
@@ -712,24 +899,26 @@ func (p prober) pong(ctx context.Context) error {
 	return nil
 }
 
-// both sends probeBytes to the peer while the peer sends as many back,
-// as an allreduce's links carry data both ways at once, and returns this
-// side's send speed: probeBytes over the time from the first send to the
-// peer's acknowledgement. (One way at a time, loopback TCP measured
-// twice the speed an allreduce gets from it.) The payloads go from a
-// goroutine of their own while this one reads the peer's payloads and
-// acknowledgement, the only reader of the probe channel.
-func (p prober) both(ctx context.Context) (int64, error) {
+// both sends probeBytes to the peer in messages of b, while the peer
+// sends as many back, as an allreduce's links carry data both ways at
+// once, and returns this side's send speed: probeBytes over the time
+// from the first send to the peer's acknowledgement. (One way at a time,
+// loopback TCP measured twice the speed an allreduce gets from it.) The
+// payloads go from a goroutine of their own while this one reads the
+// peer's payloads and acknowledgement, the only reader of the probe
+// channel. The channel is ordered, so a peer that finished its side
+// first and went on to its next bulk probe is read in turn.
+func (p prober) both(ctx context.Context, b bulk) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const count = probeBytes / probeMessage
+	count := probeBytes / b.size
 	start := time.Now()
 	sent := make(chan error, 1)
 	go func() {
 		for i := range count {
 			h := p.hdr
-			h.Chunk = uint32(i)
-			if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf); err != nil {
+			h.Chunk, h.Flags = uint32(i), b.payload
+			if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf[:b.size]); err != nil {
 				sent <- fmt.Errorf("gyre: probe %s: %w", p.peer, err)
 				return
 			}
@@ -747,15 +936,15 @@ func (p prober) both(ctx context.Context) (int64, error) {
 			continue
 		}
 		switch {
-		case h.Flags == 0 && got < count:
+		case h.Flags == b.payload && got < count:
 			if got++; got == count {
 				ack := p.hdr
-				ack.Flags = probeAck
+				ack.Flags = b.ack
 				if err = p.t.Send(ctx, p.peer, transport.ChanProbe, ack, nil); err != nil {
 					err = fmt.Errorf("gyre: acknowledge the probe of %s: %w", p.peer, err)
 				}
 			}
-		case h.Flags == probeAck && elapsed == 0:
+		case h.Flags == b.ack && elapsed == 0:
 			elapsed = max(time.Since(start), time.Microsecond)
 		default:
 			err = fmt.Errorf("gyre: probe of %s out of step: flags %d after %d payloads", p.peer, h.Flags, got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -84,44 +85,56 @@ func probePair(t *testing.T, l mem.Link) (a, b prober) {
 }
 
 // TestProbeExchange: two sides of a probe measure a speed and a latency
-// that follow the link, skipping a leftover of an earlier round; a side
-// whose peer never shows up fails by its deadline, and leaves no
-// goroutine behind.
+// that follow the link, skipping a leftover of an earlier round, with and
+// without the striped bulk probe after the single one (whose speed
+// follows the link too); a side whose peer never shows up fails by its
+// deadline, and leaves no goroutine behind.
 func TestProbeExchange(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const delay = 5 * time.Millisecond
-	a, b := probePair(t, mem.Link{Delay: delay})
-	stale := a.hdr
-	stale.Step = 0 // an earlier round's payload, cut off by its deadline
-	if err := b.t.Send(t.Context(), b.peer, transport.ChanProbe, stale, b.buf[:100]); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		speed   int64
-		latency time.Duration
-		err     error
-	}
-	res := make([]result, 2)
-	var wg sync.WaitGroup
-	for i, p := range []prober{a, b} {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			res[i].speed, res[i].latency, res[i].err = p.exchange(ctx, i == 0)
-		})
-	}
-	wg.Wait()
-	for i, r := range res {
-		if r.err != nil {
-			t.Fatalf("side %d: %v", i, r.err)
+	for _, striped := range []bool{false, true} {
+		a, b := probePair(t, mem.Link{Delay: delay})
+		if striped {
+			for _, p := range []*prober{&a, &b} {
+				p.striped, p.buf, p.rbuf = true, make([]byte, stripedMessage), make([]byte, stripedMessage)
+			}
 		}
+		stale := a.hdr
+		stale.Step = 0 // an earlier round's payload, cut off by its deadline
+		if err := b.t.Send(t.Context(), b.peer, transport.ChanProbe, stale, b.buf[:100]); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			speeds  speeds
+			latency time.Duration
+			err     error
+		}
+		res := make([]result, 2)
+		var wg sync.WaitGroup
+		for i, p := range []prober{a, b} {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				res[i].speeds, res[i].latency, res[i].err = p.exchange(ctx, i == 0)
+			})
+		}
+		wg.Wait()
 		// Every message waits delay, so probeBytes take at least one
 		// delay: a speed above probeBytes/delay would be wrong.
-		if r.speed <= 0 || r.speed > int64(float64(probeBytes)/delay.Seconds()) {
-			t.Errorf("side %d: speed %d B/s, want above 0 and at most %d", i, r.speed, int64(float64(probeBytes)/delay.Seconds()))
-		}
-		if r.latency < delay || r.latency > 20*delay {
-			t.Errorf("side %d: latency %v over a link that delays %v", i, r.latency, delay)
+		most := int64(float64(probeBytes) / delay.Seconds())
+		for i, r := range res {
+			if r.err != nil {
+				t.Fatalf("striped %v, side %d: %v", striped, i, r.err)
+			}
+			if s := r.speeds.single; s <= 0 || s > most {
+				t.Errorf("striped %v, side %d: speed %d B/s, want above 0 and at most %d", striped, i, s, most)
+			}
+			if s := r.speeds.striped; striped && (s <= 0 || s > most) || !striped && s != 0 {
+				t.Errorf("striped %v, side %d: striped speed %d B/s", striped, i, s)
+			}
+			if r.latency < delay || r.latency > 20*delay {
+				t.Errorf("side %d: latency %v over a link that delays %v", i, r.latency, delay)
+			}
 		}
 	}
 
@@ -143,12 +156,12 @@ func TestProbeExchange(t *testing.T) {
 func TestAllShared(t *testing.T) {
 	tb := newTable(3)
 	for r := range 3 {
-		tb.row(r)[6+allShared] = 1
+		tb.tail(r)[allShared] = 1
 	}
 	if !tb.allShared() {
 		t.Fatal("every rank on shared memory: allShared false")
 	}
-	tb.row(2)[6+allShared] = 0
+	tb.tail(2)[allShared] = 0
 	if tb.allShared() {
 		t.Fatal("rank 2 off shared memory: allShared true")
 	}
@@ -166,9 +179,9 @@ func TestCPUShares(t *testing.T) {
 	// bf16 rates, and the float32 reduction rate is left alone.
 	tb := newTable(2)
 	for r := range 2 {
-		row := tb.row(r)
-		row[4+rateReduce], row[4+rateEncode], row[4+rateDecode] = 8e9, 2e9, 4e9
-		row[4+coresUsable], row[4+coresOnline] = 1000, 1000
+		row := tb.tail(r)
+		row[rateReduce], row[rateEncode], row[rateDecode] = 8e9, 2e9, 4e9
+		row[coresUsable], row[coresOnline] = 1000, 1000
 	}
 	p := tb.probes([]string{"h", "h"})
 	if p.Reduce[0] != 8e9 || p.Encode[1] != 1e9 || p.Decode[0] != 2e9 {
@@ -180,16 +193,16 @@ func TestCPUShares(t *testing.T) {
 	// machines behind one address do not.
 	tb = newTable(4)
 	for r := range 4 {
-		row := tb.row(r)[8:]
+		row := tb.tail(r)
 		row[coresUsable], row[coresOnline] = 2000, 2000
 		row[machineID] = machineHash("boot-a")
 	}
 	if got := tb.cpuShares([]string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}); !slices.Equal(got, []float64{0.5, 0.5, 0.5, 0.5}) {
 		t.Errorf("four namespaces of one machine: shares %v, want half a core each", got)
 	}
-	tb.row(1)[8+machineID] = machineHash("boot-b")
-	tb.row(2)[8+machineID] = machineHash("boot-c")
-	tb.row(3)[8+machineID] = 0 // unknown: grouped by its address
+	tb.tail(1)[machineID] = machineHash("boot-b")
+	tb.tail(2)[machineID] = machineHash("boot-c")
+	tb.tail(3)[machineID] = 0 // unknown: grouped by its address
 	if got := tb.cpuShares([]string{"nat", "nat", "10.0.0.3", "10.0.0.3"}); !slices.Equal(got, []float64{1, 1, 1, 1}) {
 		t.Errorf("four machines, two behind one address: shares %v, want a core each", got)
 	}
@@ -393,4 +406,56 @@ func (s *spyTransport) Recv(ctx context.Context, peer transport.PeerID, ch trans
 		s.log.mu.Unlock()
 	}
 	return h, n, err
+}
+
+// TestStripingChoice: striped links are probed only where every rank has
+// a core of its own and some link is not shared memory, and chosen only
+// if they make a large allreduce's ring at least stripesGain faster.
+func TestStripingChoice(t *testing.T) {
+	mk := func(n int, single, striped int64) table {
+		tb := newTable(n)
+		tb.striped = true
+		for r := range n {
+			row := tb.row(r)
+			for j := range n {
+				if j != r {
+					row[j], row[n+j], row[2*n+j] = single, 100e3, striped
+				}
+			}
+			tail := tb.tail(r)
+			tail[rateReduce], tail[coresUsable], tail[coresOnline] = 10e9, 2000, 2000
+			tail[machineID] = int64(r + 1)
+		}
+		return tb
+	}
+	v := &view.View{Members: []vote.Member{{ID: "a", Addr: "10.0.0.1:1"}, {ID: "b", Addr: "10.0.0.2:1"}, {ID: "c", Addr: "10.0.0.3:1"}}}
+	hosts := v.Hosts()
+	// The 64 MiB ring's time is nearly all bandwidth: the gain is
+	// nearly the speeds' ratio.
+	if tb := mk(3, 100e6, 150e6); !tb.stripingMayPay(hosts) || math.Abs(stripingGain(tb, v, false, nil)-1.5) > 0.05 {
+		t.Errorf("3 machines of 2 cores, striped links 1.5x faster: may pay %v, gain %v", tb.stripingMayPay(hosts), stripingGain(tb, v, false, nil))
+	}
+	if g := stripingGain(mk(3, 100e6, 105e6), v, false, nil); g >= stripesGain {
+		t.Errorf("striped links 1.05x faster: gain %v", g)
+	}
+	if g := stripingGain(mk(3, 100e6, 150e6), v, true, nil); g < stripesGain {
+		t.Errorf("ordered from the probes: striped links 1.5x faster gain %v", g)
+	}
+	tb := mk(3, 100e6, 150e6)
+	for r := range 3 {
+		tb.tail(r)[machineID] = 9 // one machine of 2 cores for 3 ranks
+	}
+	if tb.stripingMayPay(hosts) {
+		t.Errorf("3 ranks on 2 cores: striping may pay")
+	}
+	tb = mk(3, 100e6, 150e6)
+	for r := range 3 {
+		tb.tail(r)[allShared] = 1
+	}
+	if tb.stripingMayPay(hosts) {
+		t.Errorf("every link shared memory: striping may pay")
+	}
+	if got := mk(3, 100e6, 150e6).withStripedSpeeds().speeds()[0][1]; got != 150e6 {
+		t.Errorf("withStripedSpeeds: speed %d, want the striped 150e6", got)
+	}
 }

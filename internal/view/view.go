@@ -178,6 +178,9 @@ type Probed struct {
 	Chunk           *int
 	Hierarchy       *ring.Hierarchy
 	HierarchyAlways bool
+	// Stripes is the data channel's stripes (transport.Striper; nil:
+	// keep them), applied by Links.SetStripes.
+	Stripes *int
 }
 
 // RingOrder returns the view's ring order as ranks, rank order if none
