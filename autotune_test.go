@@ -3,6 +3,7 @@ package gyre_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -109,5 +110,74 @@ func TestAutotuneSlowLink(t *testing.T) {
 		Config: func(_ int, c *gyre.Config) { c.Algo = gyre.AlgoRing }}).Workers[0].View()
 	if pinned.SmallBytes != 0 || pinned.CostModel != ring.DefaultCostModel {
 		t.Errorf("Algo ring: the ring from %d bytes, model %+v; want 0 and no probe (DefaultCostModel)", pinned.SmallBytes, pinned.CostModel)
+	}
+}
+
+// TestAutotuneStripes: two workers over real QUIC, with shared memory off
+// so that their link is a network link, probe it over one connection and
+// over several, and every rank chooses the same stripes for the data
+// channel, 1 or probe's AutoStripes, which the transport then uses. The
+// links are probed again every 4 iterations, each time reopening the data
+// channel on both sides, and the training goes on through them, with
+// gradients large enough to be striped, to identical state. With Stripes
+// pinned, nothing is chosen and the pinned count is used.
+func TestAutotuneStripes(t *testing.T) {
+	for _, pinned := range []int{gyre.StripesAuto, 2} {
+		t.Run(fmt.Sprint("stripes=", pinned), func(t *testing.T) {
+			models := make([]*toy, 2)
+			c := gyretest.MakeCluster(t, gyretest.Options{N: 2, Transport: gyretest.QUIC,
+				Config: func(_ int, c *gyre.Config) {
+					c.SharedMemory, c.Stripes, c.GlobalBatch = gyre.SharedMemoryOff, pinned, 40
+				},
+				Options: func(int) []gyre.Option { return []gyre.Option{gyre.WithReprobeEvery(4)} },
+				State: func(r int) *gyre.State {
+					models[r] = newToy()
+					return models[r].state()
+				}})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stripes := make([][]int, 2) // per rank, per iteration
+			errs := c.Run(func(r int, w *gyre.Worker) error {
+				comm, err := w.Comm()
+				if err != nil {
+					return err
+				}
+				big := make([]float32, 1<<20) // 4 MiB: striped chunks
+				for w.Iter() < 10 {
+					stripes[r] = append(stripes[r], w.View().Stripes)
+					for i := range big {
+						big[i] = float32(r + i%7)
+					}
+					if err := ring.AllReduce(ctx, comm, wire.OpSum, big); err != nil {
+						return err
+					}
+					for i, v := range big {
+						if want := float32(2*(i%7) + 1); v != want {
+							return fmt.Errorf("iteration %d: element %d is %v, want %v", w.Iter(), i, v, want)
+						}
+					}
+					if err := trainStep(ctx, w, models[r]); err != nil {
+						return err
+					}
+				}
+				return w.Leave(ctx)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("stripes by iteration: %v", stripes[0])
+			for it, k := range stripes[0] {
+				if stripes[1][it] != k {
+					t.Fatalf("iteration %d: rank 1 stripes %d, rank 0 %d", it, stripes[1][it], k)
+				}
+				switch {
+				case pinned != gyre.StripesAuto && k != pinned:
+					t.Fatalf("iteration %d: %d stripes, pinned to %d", it, k, pinned)
+				case pinned == gyre.StripesAuto && k != 1 && k != 4:
+					t.Fatalf("iteration %d: %d stripes, want 1 or 4", it, k)
+				}
+			}
+			c.EnsureSameState(t)
+		})
 	}
 }

@@ -49,6 +49,11 @@ type View struct {
 	// SmallBytes is the allreduce size from which the ring runs:
 	// recursive doubling runs below it (0: the ring throughout).
 	SmallBytes int
+	// Stripes is the connections per peer link that the data channel's
+	// large messages are split over: Config.Stripes, or what the link
+	// probes chose under StripesAuto; 1 on a transport that cannot
+	// stripe. Shared-memory links use 1 whatever it says.
+	Stripes int
 }
 
 // Change is what a Boundary decided for the next iteration.
@@ -190,7 +195,7 @@ func (w *Worker) Iter() int64 { return w.e.Iter() }
 func (w *Worker) View() View { return viewOf(w.e.View()) }
 
 func viewOf(v engine.View) View {
-	return View{Epoch: v.Epoch, Members: v.Members, RingOrder: v.RingOrder, CostModel: v.CostModel, SmallBytes: v.SmallBytes}
+	return View{Epoch: v.Epoch, Members: v.Members, RingOrder: v.RingOrder, CostModel: v.CostModel, SmallBytes: v.SmallBytes, Stripes: v.Stripes}
 }
 
 // Shares returns the per-rank batch shares of the current iteration.

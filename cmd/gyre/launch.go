@@ -105,7 +105,7 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 	f.IntVarP(&j.n, "nproc", "n", defaultN, "number of local workers")
 	f.StringVar(&j.transport, "transport", gyre.DefaultTransport, "data-plane transport: quic or tcp")
 	f.BoolVar(&j.insecure, "insecure", false, "with --transport tcp: plain TCP, no encryption or authentication")
-	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link")
+	f.IntVar(&j.stripes, "stripes", gyre.DefaultStripes, "connections per peer link, 1 to 16; 0: the link probes choose 1 or 4 per job")
 	f.StringVar(&j.shm, "shm", gyre.SharedMemoryAuto, "how the workers, all on this machine, reach each other: auto (shared memory) or off (the network transport)")
 	f.StringVar(&j.keyFile, "key-file", "", "cluster secret (gyre keygen --out); default: an ephemeral one")
 	f.StringVar(&j.logDir, "log-dir", "", "also write each worker's output to DIR/rank-N.log, N its launch index")

@@ -28,8 +28,9 @@ const (
 const (
 	DefaultTransport = TransportQUIC
 	DefaultListen    = "127.0.0.1:7946"
-	DefaultStripes   = 1
-	DefaultMaxFrame  = wire.DefaultMaxFrame
+	// DefaultStripes is Stripes's default: StripesAuto.
+	DefaultStripes  = StripesAuto
+	DefaultMaxFrame = wire.DefaultMaxFrame
 	// DefaultGlobalBatch is GlobalBatch's default.
 	DefaultGlobalBatch = 256
 	// DefaultJoinTimeout is JoinTimeout's default.
@@ -46,6 +47,10 @@ const (
 	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
 	// times per PeerTimeout, and shorter silences are scheduling noise.
 	MinPeerTimeout = 100 * time.Millisecond
+	// StripesAuto has the link probes choose each job's stripes, the
+	// same on every rank: 1, or more where every rank has a core of its
+	// own and striped links make the ring at least 10% faster.
+	StripesAuto = 0
 	// MaxStripes bounds Stripes: past a few stripes per link the cores, not
 	// the connections, are the limit.
 	MaxStripes = 16
@@ -184,9 +189,6 @@ func (c Config) WithDefaults() Config {
 	addressless := c.Lone() && c.DataAddr == ""
 	if c.Transport == "" {
 		c.Transport = DefaultTransport
-	}
-	if c.Stripes == 0 {
-		c.Stripes = DefaultStripes
 	}
 	if c.MaxFrame == 0 {
 		c.MaxFrame = DefaultMaxFrame
@@ -327,8 +329,8 @@ func (c Config) Check(needSecret bool) error {
 	default:
 		bad("Transport %q: want %q or %q", c.Transport, TransportQUIC, TransportTCP)
 	}
-	if c.Stripes < 1 || c.Stripes > MaxStripes {
-		bad("Stripes %d: want 1 to %d", c.Stripes, MaxStripes)
+	if c.Stripes < 0 || c.Stripes > MaxStripes {
+		bad("Stripes %d: want 1 to %d, or 0 (auto)", c.Stripes, MaxStripes)
 	}
 	if c.MaxFrame < 4<<10 || c.MaxFrame > 64<<20 {
 		bad("MaxFrame %d: want 4 KiB to 64 MiB", c.MaxFrame)

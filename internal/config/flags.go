@@ -47,7 +47,7 @@ func (c *Config) bind(fs flagAdder) {
 	fs.StringVar(&c.Name, "name", c.Name, "worker name (empty: the advertised data address)")
 	fs.StringVar(&c.Transport, "transport", c.Transport, "data-plane transport: quic or tcp (empty: quic)")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "tcp only: plain TCP, no encryption or authentication")
-	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link (0: 1)")
+	fs.IntVar(&c.Stripes, "stripes", c.Stripes, "connections per peer link, 1 to 16; 0: the link probes choose 1 or 4 per job")
 	fs.StringVar(&c.SharedMemory, "shm", c.SharedMemory, "peers on this machine: auto (through shared memory) or off (over the network transport) (empty: auto)")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "cluster secret file, written by gyre keygen (a job of one needs none)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gossip address host:port (empty: "+DefaultListen+")")

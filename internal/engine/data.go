@@ -36,13 +36,23 @@ type View struct {
 	RingOrder  []int
 	CostModel  ring.CostModel
 	SmallBytes int
+	Stripes    int
 }
 
 // View returns the current view.
 func (e *Engine) View() View {
 	v := e.cur
 	return View{Epoch: v.Epoch, Members: slices.Clone(v.Names), RingOrder: v.RingOrder(),
-		CostModel: v.Data.CostModel(), SmallBytes: v.Data.SmallBytes()}
+		CostModel: v.Data.CostModel(), SmallBytes: v.Data.SmallBytes(), Stripes: e.dataStripes()}
+}
+
+// dataStripes returns the data channel's stripes, 1 on a transport that
+// cannot stripe.
+func (e *Engine) dataStripes() int {
+	if st, ok := e.links.T.(transport.Striper); ok {
+		return st.Stripes(transport.ChanData)
+	}
+	return 1
 }
 
 // Size returns the number of workers in the current view.

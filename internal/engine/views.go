@@ -210,13 +210,20 @@ func (e *Engine) probe(ctx context.Context, v *view.View, at int64) (view.Probed
 		Tune:   e.cfg.Algo == config.AlgoAuto || e.cfg.Algo == config.AlgoHierarchical || e.cfg.Compress == config.CompressAuto,
 		Always: e.cfg.Algo == config.AlgoHierarchical, Machine: e.opts.Test.Machine, Seq: uint64(at), Log: e.log,
 		Fail: func() { e.failAt(config.FailProbe, at) }, Span: e.span}
+	if _, ok := e.links.T.(transport.Striper); ok && e.cfg.Stripes == config.StripesAuto {
+		env.Stripes = probe.AutoStripes
+	}
 	if e.live != nil {
 		// A joiner has no Recoverer yet, and its probes too must end.
 		env.Watch = func(ctx context.Context) (context.Context, func()) {
 			return recoverer.Watch(ctx, e.live, e.cfg.PeerTimeout, v.Epoch, v.IDs, v.Rank)
 		}
 	}
-	return probe.Run(ctx, env, v)
+	p, err := probe.Run(ctx, env, v)
+	if err == nil && p.Stripes != nil {
+		err = e.links.SetStripes(*p.Stripes, v.Others())
+	}
+	return p, err
 }
 
 // setView makes v the current view, closing the previous one.

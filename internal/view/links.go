@@ -141,6 +141,29 @@ func (l *Links) Reopen(peers []transport.PeerID) {
 	}
 }
 
+// SetStripes stripes the data channel to peers over k connections each
+// (transport.Striper), and reopens it, as every member of the view does
+// at the same point: after the link probes that chose k, before any of
+// them sends data again. The channel is idle then: each member gathered
+// the probe table only after its last collective ended. It reopens even
+// if k is this side's count already, since a peer's may differ (a
+// joiner's). It does nothing on a transport that cannot stripe.
+func (l *Links) SetStripes(k int, peers []transport.PeerID) error {
+	st, ok := l.T.(transport.Striper)
+	if !ok {
+		return nil
+	}
+	if err := st.SetStripes(transport.ChanData, k); err != nil {
+		return err
+	}
+	if ro, ok := l.T.(transport.Reopener); ok {
+		for _, id := range peers {
+			ro.Reopen(id, transport.ChanData)
+		}
+	}
+	return nil
+}
+
 // ConnectMembers connects t to every member but members[rank], each at
 // its address in addrs, retrying while they start, until ctx ends. A
 // member that refuses this worker's credentials fails it at once, and so
@@ -243,7 +266,7 @@ func NewTransport(cfg config.Config) (transport.Transport, error) {
 	if cfg.Insecure {
 		// Validate allows Insecure only with tcp.
 		return tcp.New(tcp.Config{ID: id, Insecure: true, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log()})
+			Stripes: max(cfg.Stripes, 1), SharedMemory: shm, Logger: cfg.Log()})
 	}
 	key, err := cfg.Secret()
 	if err != nil {
@@ -259,11 +282,11 @@ func NewTransport(cfg config.Config) (transport.Transport, error) {
 	}
 	if cfg.Transport == config.TransportTCP {
 		return tcp.New(tcp.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-			Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log()})
+			Stripes: max(cfg.Stripes, 1), SharedMemory: shm, Logger: cfg.Log()})
 	}
 	// A reset key that is the same on every run lets a restarted worker
 	// reset its peers' stale connections at once.
 	resetKey := key.ResetKey(cfg.Name)
 	return quic.New(quic.Config{ID: id, Identity: ident, Listen: cfg.DataAddr, Limits: lim,
-		Stripes: cfg.Stripes, SharedMemory: shm, Logger: cfg.Log(), ResetKey: &resetKey})
+		Stripes: max(cfg.Stripes, 1), SharedMemory: shm, Logger: cfg.Log(), ResetKey: &resetKey})
 }
