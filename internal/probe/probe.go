@@ -390,15 +390,6 @@ func (t table) speeds() [][]int64 {
 	return out
 }
 
-// stripedSpeeds returns the speed table over striped connections.
-func (t table) stripedSpeeds() [][]int64 {
-	out := make([][]int64, t.n)
-	for r := range out {
-		out[r] = t.row(r)[2*t.n : 3*t.n]
-	}
-	return out
-}
-
 // withStripedSpeeds returns a copy of t whose speeds are the striped ones.
 func (t table) withStripedSpeeds() table {
 	c := table{n: t.n, rows: slices.Clone(t.rows), striped: t.striped}
