@@ -8,6 +8,7 @@ package probe
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -41,12 +42,13 @@ import (
 const (
 	// probeBytes is what a probe sends each way: enough for a TCP or QUIC
 	// connection to leave slow start on a LAN, little enough that a view
-	// of 16 probes in about a second on a 1 Gbit/s network.
+	// of 16 machines probes in about a second on a 1 Gbit/s network (with
+	// several workers per machine it takes more rounds: probePlan).
 	probeBytes = 4 << 20
-	// probeMessage is the size of one probe message: below
-	// wire.StripeMin, so that it travels over one connection even where
-	// the probe channel is striped.
-	probeMessage = 128 << 10
+	// probeMessage is the size of one probe message: wire.StripeMin, so
+	// that a pinned Config.Stripes splits it as it splits data. Under
+	// Stripes auto the single probe's are half that (probeLinks).
+	probeMessage = wire.StripeMin
 	// stripedMessage is the size of one striped probe message: the
 	// ring's pipeline chunk, split over the stripes as a chunk is.
 	stripedMessage = ring.DefaultChunkBytes
@@ -97,7 +99,7 @@ const (
 	probePong       = 3 // and its answer
 	probeStriped    = 4 // a striped bulk probe's payload
 	probeStripedAck = 5 // the receiver has it
-	probeWarm       = 6 // the striped message each side sends before
+	probeWarm       = 6 // the striped message each side sends before the striped probe
 )
 
 // smallPoll is how long the receives of a small collective poll before
@@ -462,16 +464,11 @@ func probeTable(ctx context.Context, env Env, v *view.View) (table, error) {
 		return t, fmt.Errorf("gyre: gather the members' machines: %w", err)
 	}
 	t.striped = env.Stripes > 1 && t.stripingMayPay(v.Hosts())
-	if t.striped {
-		if err := stripeProbes(env, v); err != nil {
-			return t, err
-		}
-	}
 	lctx, stop := ctx, func() {}
 	if env.Watch != nil {
 		lctx, stop = env.Watch(ctx)
 	}
-	err := probeLinks(lctx, env, v, probePlan(t.machines()), t.striped, own[:n], own[n:2*n], own[2*n:3*n])
+	err := probeLinks(lctx, env, v, probePlan(t.machines()), own[:n], own[n:2*n], own[2*n:3*n], t.striped)
 	stop()
 	if err != nil {
 		return t, fmt.Errorf("gyre: link probes: %w", err)
@@ -551,27 +548,6 @@ func (t table) stripingMayPay(hosts []string) bool {
 	return true
 }
 
-// stripeProbes makes this worker's probe streams striped over
-// env.Stripes connections to each member, if they are not yet. Every
-// member does so before its first striped probe, and its probe channel
-// is idle then (the members' previous probes ended before they gathered
-// their table), so the members reopen the channel together.
-func stripeProbes(env Env, v *view.View) error {
-	st, ok := env.T.(transport.Striper)
-	if !ok || st.Stripes(transport.ChanProbe) == env.Stripes {
-		return nil
-	}
-	if err := st.SetStripes(transport.ChanProbe, env.Stripes); err != nil {
-		return fmt.Errorf("gyre: stripe the link probes: %w", err)
-	}
-	if ro, ok := env.T.(transport.Reopener); ok {
-		for _, id := range v.Others() {
-			ro.Reopen(id, transport.ChanProbe)
-		}
-	}
-	return nil
-}
-
 // measureKernels times, on this core, the kernels the cost model needs
 // over reduceProbeBytes of float32, into rates (bytes of float32 per
 // second, 0 if a kernel failed): the best of a few runs each, as a run
@@ -639,15 +615,19 @@ func slowestLink(speed [][]int64, order []int) float64 {
 // the round trips were timed before the failure (else 0, unknown). It
 // ends at once with ctx: the caller ends it when a member falls silent,
 // and the view is lost then.
-func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, striped bool, speed, latency, stripedSpeed []int64) error {
-	size := probeMessage
-	if striped {
-		size = stripedMessage
+func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, speed, latency, stripedSpeed []int64, striped bool) error {
+	single := bulk{payload: 0, ack: probeAck, size: probeMessage}
+	if env.Stripes > 1 {
+		// The probe channel is striped (Stripes auto): the single
+		// probe's messages stay below wire.StripeMin, on one connection.
+		single.size = wire.StripeMin / 2
 	}
-	buf, rbuf := make([]byte, size), make([]byte, size)
+	// The receive buffer holds a striped message even when this probe
+	// sends none: a leftover of an earlier probe cut off may be one.
+	buf, rbuf := make([]byte, stripedMessage), make([]byte, stripedMessage)
 	for round, pairs := range plan.rounds {
 		if peer := partnerIn(pairs, v.Rank); peer >= 0 {
-			p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf, striped: striped,
+			p := prober{t: env.T, peer: v.IDs[peer], buf: buf, rbuf: rbuf, single: single, striped: striped,
 				hdr: wire.Header{Kind: wire.KindProbe, Epoch: v.Epoch, Seq: env.Seq, Step: uint32(round)}}
 			rctx, cancel := context.WithTimeout(ctx, probeRoundTimeout)
 			s, l, err := p.exchange(rctx, v.Rank < peer)
@@ -655,7 +635,12 @@ func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, 
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			if err != nil {
+			switch {
+			case err != nil && s.single > 0:
+				env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
+					Msg("striped link probe failed; the link is taken as unstriped")
+				s.striped = failedProbeSpeed
+			case err != nil:
 				env.Log.Warn().Err(err).Int("peer_rank", peer).Str("peer", string(v.IDs[peer])).
 					Msg("link probe failed; the ring avoids the link")
 				s = speeds{single: failedProbeSpeed, striped: failedProbeSpeed}
@@ -795,8 +780,9 @@ type prober struct {
 	hdr  wire.Header // Kind, Epoch, Seq (generation) and Step (round)
 	buf  []byte      // what this side sends
 	rbuf []byte      // what it receives
-	// striped adds a bulk probe in messages large enough to be striped
-	// (stripedMessage), after the single connection's.
+	// single is the bulk probe's messages; striped adds a bulk probe in
+	// messages large enough to be striped (stripedMessage) after it.
+	single  bulk
 	striped bool
 }
 
@@ -813,10 +799,7 @@ type bulk struct {
 	size         int
 }
 
-var (
-	singleBulk  = bulk{payload: 0, ack: probeAck, size: probeMessage}
-	stripedBulk = bulk{payload: probeStriped, ack: probeStripedAck, size: stripedMessage}
-)
+var stripedBulk = bulk{payload: probeStriped, ack: probeStripedAck, size: stripedMessage}
 
 // exchange times the latency, this side's pings first if first, then
 // probes both directions at once, and returns this side's send speeds
@@ -824,7 +807,8 @@ var (
 // leave the two sides in step, within a round trip of each other: a side
 // that started the bulk probe while its peer was still busy elsewhere
 // would count the wait as transfer time. On failure the latency is
-// returned if it was timed.
+// returned if it was timed, and so is the single speed if only the
+// striped probe failed.
 func (p prober) exchange(ctx context.Context, first bool) (s speeds, latency time.Duration, err error) {
 	if first {
 		if latency, err = p.ping(ctx); err == nil {
@@ -836,21 +820,39 @@ func (p prober) exchange(ctx context.Context, first bool) (s speeds, latency tim
 	if err != nil {
 		return s, latency, err
 	}
-	if s.single, err = p.both(ctx, singleBulk); err != nil || !p.striped {
+	if s.single, err = p.both(ctx, p.single); err != nil || !p.striped {
 		return s, latency, err
 	}
-	// One striped message each way first, untimed: it dials the
-	// stripes' connections where they are new.
-	h := p.hdr
-	h.Flags = probeWarm
-	if err = p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf[:stripedMessage]); err != nil {
-		return s, latency, fmt.Errorf("gyre: probe %s striped: %w", p.peer, err)
-	}
-	if err = p.await(ctx, probeWarm); err != nil {
+	if err = p.warm(ctx); err != nil {
 		return s, latency, err
 	}
 	s.striped, err = p.both(ctx, stripedBulk)
 	return s, latency, err
+}
+
+// warm sends one striped message while it awaits the peer's, untimed: it
+// dials the stripes' connections where they are new. The message goes
+// from a goroutine of its own, as the bulk probes' do: neither side's
+// send may wait for the other to read, as a shared-memory ring of 64 KiB
+// would.
+func (p prober) warm(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		h := p.hdr
+		h.Flags = probeWarm
+		if err := p.t.Send(ctx, p.peer, transport.ChanProbe, h, p.buf[:stripedMessage]); err != nil {
+			sent <- fmt.Errorf("gyre: probe %s striped: %w", p.peer, err)
+			return
+		}
+		sent <- nil
+	}()
+	err := p.await(ctx, probeWarm)
+	if err != nil {
+		cancel()
+	}
+	return errors.Join(err, <-sent)
 }
 
 // ping times pingCount round trips of an empty message and returns half

@@ -19,6 +19,8 @@ import (
 	"github.com/gyre-ml/gyre/ring"
 	"github.com/gyre-ml/gyre/transport"
 	"github.com/gyre-ml/gyre/transport/mem"
+	"github.com/gyre-ml/gyre/transport/tcp"
+	"github.com/gyre-ml/gyre/transport/transporttest"
 )
 
 // TestProbePartners: in the probe tournament every pair of members meets
@@ -79,7 +81,8 @@ func probePair(t *testing.T, l mem.Link) (a, b prober) {
 	net.SetLink(ids[1], ids[0], l)
 	hdr := wire.Header{Kind: wire.KindProbe, Epoch: 3, Seq: 7, Step: 1}
 	mk := func(i int) prober {
-		return prober{t: trs[i], peer: ids[1-i], hdr: hdr, buf: make([]byte, probeMessage), rbuf: make([]byte, probeMessage)}
+		return prober{t: trs[i], peer: ids[1-i], hdr: hdr, buf: make([]byte, stripedMessage), rbuf: make([]byte, stripedMessage),
+			single: bulk{ack: probeAck, size: probeMessage}}
 	}
 	return mk(0), mk(1)
 }
@@ -95,9 +98,7 @@ func TestProbeExchange(t *testing.T) {
 	for _, striped := range []bool{false, true} {
 		a, b := probePair(t, mem.Link{Delay: delay})
 		if striped {
-			for _, p := range []*prober{&a, &b} {
-				p.striped, p.buf, p.rbuf = true, make([]byte, stripedMessage), make([]byte, stripedMessage)
-			}
+			a.striped, b.striped = true, true
 		}
 		stale := a.hdr
 		stale.Step = 0 // an earlier round's payload, cut off by its deadline
@@ -457,5 +458,53 @@ func TestStripingChoice(t *testing.T) {
 	}
 	if got := mk(3, 100e6, 150e6).withStripedSpeeds().speeds()[0][1]; got != 150e6 {
 		t.Errorf("withStripedSpeeds: speed %d, want the striped 150e6", got)
+	}
+}
+
+// TestStripedProbeOverSharedMemory: over transports that hold little
+// unread (a shared-memory pair of tcp transports: one stripe whatever the
+// probe channel asks, in a 64 KiB ring), the striped probe's messages,
+// 1 MiB each way at once, still go through: neither side's send waits
+// for the other to read. Both speeds are measured.
+func TestStripedProbeOverSharedMemory(t *testing.T) {
+	ca := transporttest.NewCA(t)
+	ids := []transport.PeerID{"a", "b"}
+	trs := make([]*tcp.Transport, 2)
+	for i, id := range ids {
+		tr, err := tcp.New(tcp.Config{ID: id, Identity: transporttest.Issue(t, ca, string(id)), Listen: "127.0.0.1:0", SharedMemory: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		if err := tr.SetStripes(transport.ChanProbe, AutoStripes); err != nil {
+			t.Fatal(err)
+		}
+		trs[i] = tr
+	}
+	for i, tr := range trs {
+		if err := tr.Connect(t.Context(), ids[1-i], trs[1-i].Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !trs[0].SharedMemory("b") {
+		t.Skip("no shared memory between two transports of this process here")
+	}
+	errs, got := make([]error, 2), make([]speeds, 2)
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Go(func() {
+			p := prober{t: tr, peer: ids[1-i], hdr: wire.Header{Kind: wire.KindProbe, Epoch: 1, Seq: 1},
+				buf: make([]byte, stripedMessage), rbuf: make([]byte, stripedMessage),
+				single: bulk{ack: probeAck, size: wire.StripeMin / 2}, striped: true}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			got[i], _, errs[i] = p.exchange(ctx, i == 0)
+		})
+	}
+	wg.Wait()
+	for i := range trs {
+		if errs[i] != nil || got[i].single <= 0 || got[i].striped <= 0 {
+			t.Errorf("side %d: speeds %+v, %v", i, got[i], errs[i])
+		}
 	}
 }
