@@ -21,7 +21,7 @@ func TestWithDefaults(t *testing.T) {
 	want := gyre.Config{
 		Name:              c.Name,
 		Transport:         gyre.TransportQUIC,
-		Stripes:           1,
+		Stripes:           gyre.StripesAuto,
 		SharedMemory:      gyre.SharedMemoryAuto,
 		MaxFrame:          gyre.DefaultMaxFrame,
 		DataAddr:          "127.0.0.1:7947",

@@ -39,6 +39,11 @@ func JobSettings(cfg Config, staticShares []int) []Setting {
 		// algorithm runs at which size: ranks that differ would wait in
 		// different collectives.
 		{"Algo (--algo)", cmp.Or(cfg.Algo, AlgoAuto)},
+		// Stripes auto makes the link probes gather the machines first and
+		// probe striped connections too: a rank without it would run
+		// other collectives. Pinned counts may differ: the receiver takes
+		// each sender's from its streams.
+		{"Stripes (--stripes) auto or pinned", map[bool]string{true: "auto", false: "pinned"}[cfg.Stripes == StripesAuto]},
 	}
 	if staticShares != nil {
 		parts := make([]string, len(staticShares))

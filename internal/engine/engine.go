@@ -262,6 +262,15 @@ func Join(ctx context.Context, cfg config.Config, o Options) (*Engine, error) {
 			e.Close()
 		}
 	}()
+	if st, ok := t.(transport.Striper); ok && cfg.Stripes == config.StripesAuto {
+		// The probe channel is striped from its first use, so that the
+		// probes never reopen it: a single probe's messages stay below
+		// wire.StripeMin, on one connection; only the striped probe's
+		// dial the others.
+		if err := st.SetStripes(transport.ChanProbe, probe.AutoStripes); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.openReporting(); err != nil {
 		return nil, err
 	}

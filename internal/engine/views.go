@@ -195,6 +195,13 @@ func (e *Engine) settleView(ctx context.Context) error {
 	v := e.cur
 	p, err := e.probe(ctx, v, e.it.iter)
 	if err != nil {
+		// A member lost in the probes is named as a loss anywhere else
+		// is, and a worker that was itself stopped says so.
+		if lostPeer(err) {
+			if r, id, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
+				return e.peerLostError(e.it.iter, r, id, err)
+			}
+		}
 		return err
 	}
 	return v.SetProbed(p)
@@ -220,10 +227,20 @@ func (e *Engine) probe(ctx context.Context, v *view.View, at int64) (view.Probed
 		}
 	}
 	p, err := probe.Run(ctx, env, v)
-	if err == nil && p.Stripes != nil {
-		err = e.links.SetStripes(*p.Stripes, v.Others())
+	if err != nil || p.Stripes == nil {
+		return p, err
 	}
-	return p, err
+	if err := e.links.SetStripes(*p.Stripes, v.Others()); err != nil {
+		return p, err
+	}
+	// No member sends data before every member reopened: a generation
+	// that reached a member before its own Reopen would count as left
+	// behind, and a peer's crash in it would wait for a successor
+	// instead of failing the collective.
+	if err := v.Ctrl.Barrier(ctx); err != nil {
+		return p, fmt.Errorf("gyre: reopen the data channel after the link probes: %w", err)
+	}
+	return p, nil
 }
 
 // setView makes v the current view, closing the previous one.
