@@ -146,8 +146,10 @@ func (l *Links) Reopen(peers []transport.PeerID) {
 // at the same point: after the link probes that chose k, before any of
 // them sends data again. The channel is idle then: each member gathered
 // the probe table only after its last collective ended. It reopens even
-// if k is this side's count already, since a peer's may differ (a
-// joiner's). It does nothing on a transport that cannot stripe.
+// if k is this side's count already: the reopen tells this side's
+// receives to wait for the peers' new streams, which they open whether
+// or not their own count changed. It does nothing on a transport that
+// cannot stripe.
 func (l *Links) SetStripes(k int, peers []transport.PeerID) error {
 	st, ok := l.T.(transport.Striper)
 	if !ok {
