@@ -652,6 +652,9 @@ func probeLinks(ctx context.Context, env Env, v *view.View, plan probeSchedule, 
 			// start its next pair while a rank of its machine still
 			// probes this one.
 			if err := v.Ctrl.Barrier(ctx); err != nil {
+				if ctx.Err() != nil {
+					return context.Cause(ctx) // a member fell silent: the view is lost
+				}
 				return fmt.Errorf("gyre: end probe round %d: %w", round, err)
 			}
 		}

@@ -508,3 +508,65 @@ func TestStripedProbeOverSharedMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestProbesEndWithTheirWatch: when the watch ends the probes (a member
+// fell silent), every rank returns the watch's cause, whether it was in a
+// pair's exchange or waiting at the barrier that ends a round, so that
+// the engine sees a lost member and recovers.
+func TestProbesEndWithTheirWatch(t *testing.T) {
+	const n = 4
+	machines := []string{"m1", "m1", "m2", "m2"}
+	net := mem.NewNetwork(1)
+	ids := []transport.PeerID{"r0", "r1", "r2", "r3"}
+	trs := make([]*mem.Transport, n)
+	for i, id := range ids {
+		tr, err := net.Join(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	for i := range ids {
+		for j := range ids {
+			if i != j {
+				net.SetLink(ids[i], ids[j], mem.Link{Rate: 50e6}) // a bulk probe takes about 80 ms
+				if err := trs[i].Connect(t.Context(), ids[j], string(ids[j])); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	members := make([]vote.Member, n)
+	for i, id := range ids {
+		members[i] = vote.Member{ID: id, Addr: fmt.Sprintf("10.0.0.%d:1", i)}
+	}
+	errSilent := errors.New("a member fell silent")
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			ctrl, err := ring.NewComm(trs[r], ring.Config{Epoch: 1, Members: ids, Rank: r, Channel: transport.ChanControl})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer ctrl.Close()
+			v := &view.View{Epoch: 1, Members: members, IDs: ids, Rank: r, Ctrl: ctrl}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			watch := func(ctx context.Context) (context.Context, func()) {
+				ctx, cancel := context.WithCancelCause(ctx)
+				stop := time.AfterFunc(20*time.Millisecond, func() { cancel(errSilent) })
+				return ctx, func() { stop.Stop(); cancel(nil) }
+			}
+			_, errs[r] = probeTable(ctx, Env{T: trs[r], Tune: true, Machine: machines[r], Log: zerolog.Nop(), Watch: watch}, v)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, errSilent) {
+			t.Errorf("rank %d: %v, want the watch's cause", r, err)
+		}
+	}
+}
