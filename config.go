@@ -36,6 +36,11 @@ const (
 	DefaultStallThreshold = config.DefaultStallThreshold
 	// DefaultPeerTimeout is PeerTimeout's default.
 	DefaultPeerTimeout = config.DefaultPeerTimeout
+	// LaunchQuorumWaits is QuorumTimeout's default under gyre launch, in
+	// PeerTimeouts (Config.Launcher).
+	LaunchQuorumWaits = config.LaunchQuorumWaits
+	// LauncherLaunch is Config.Launcher under gyre launch.
+	LauncherLaunch = config.LauncherLaunch
 	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
 	// times per PeerTimeout, and shorter silences are scheduling noise.
 	MinPeerTimeout = config.MinPeerTimeout
@@ -250,8 +255,17 @@ type Config struct {
 	// of its view waits, in Boundary, for the majority to come back or
 	// to take it in, before Boundary fails with ErrNoQuorum. Gossip views
 	// only: a static view fails at the first lost peer. Default:
-	// JoinTimeout.
+	// JoinTimeout; under gyre launch (Launcher) LaunchQuorumWaits times
+	// PeerTimeout, 10 s by default.
 	QuorumTimeout time.Duration
+	// Launcher says what started this worker: "launch" (LauncherLaunch)
+	// when gyre launch did, which sets GYRE_LAUNCHER; else empty. Launch
+	// starts a lost worker again, if at all (--max-restarts), only as a
+	// new member, so a worker cut off from its view's majority can never
+	// get it back: it waits a short QuorumTimeout. Workers started by
+	// hand or by a scheduler (Slurm, Kubernetes) may be cut off by a
+	// partition that heals, so there the wait is long.
+	Launcher string
 
 	// GlobalBatch is B, the number of samples per iteration summed over all
 	// workers. Default: the sum of Shares if set, else DefaultGlobalBatch.
@@ -426,8 +440,10 @@ const (
 	EnvJoinTimeout       = config.EnvJoinTimeout
 	EnvConnectTimeout    = config.EnvConnectTimeout
 	EnvQuorumTimeout     = config.EnvQuorumTimeout
-	EnvPeerTimeout       = config.EnvPeerTimeout
-	EnvStallThreshold    = config.EnvStallThreshold
+	// EnvLauncher is Config.Launcher: "launch", set by gyre launch.
+	EnvLauncher       = config.EnvLauncher
+	EnvPeerTimeout    = config.EnvPeerTimeout
+	EnvStallThreshold = config.EnvStallThreshold
 	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
 	EnvFailpoint = config.EnvFailpoint
 	// EnvCheckpointDir is a directory; EnvCheckpointEvery and

@@ -65,6 +65,18 @@ func TestWithDefaults(t *testing.T) {
 	if a := (gyre.Config{DataAddr: "127.0.0.1:9100", Advertise: "10.1.2.3"}).WithDefaults(); a.Name != "10.1.2.3:9100" || a.AdvertisedData() != "10.1.2.3:9100" {
 		t.Fatalf("advertised host: name %q, data %q", a.Name, a.AdvertisedData())
 	}
+	launched := gyre.Config{Launcher: gyre.LauncherLaunch}
+	if got := launched.WithDefaults().QuorumTimeout; got != gyre.LaunchQuorumWaits*gyre.DefaultPeerTimeout {
+		t.Errorf("quorum timeout under launch: %v, want %d peer timeouts", got, gyre.LaunchQuorumWaits)
+	}
+	launched.PeerTimeout = 300 * time.Millisecond
+	if got := launched.WithDefaults().QuorumTimeout; got != 1500*time.Millisecond {
+		t.Errorf("quorum timeout under launch with a 300 ms peer timeout: %v, want 1.5 s", got)
+	}
+	launched.QuorumTimeout = time.Minute
+	if got := launched.WithDefaults().QuorumTimeout; got != time.Minute {
+		t.Errorf("a quorum timeout set under launch became %v", got)
+	}
 	v := gyre.Config{Peers: []string{"127.0.0.1:9001", "127.0.0.1:9002"}, Rank: 1}.WithDefaults()
 	if v.DataAddr != "127.0.0.1:9002" || v.Name != "127.0.0.1:9002" || v.WorldSize != 2 {
 		t.Fatalf("static view defaults: data %q name %q world %d", v.DataAddr, v.Name, v.WorldSize)
@@ -105,6 +117,7 @@ func TestValidate(t *testing.T) {
 		{"peer port 0", gyre.Config{Key: key, Peers: []string{"127.0.0.1:1", "127.0.0.1:0"}}, "real port"},
 		{"not in view", gyre.Config{Key: key, Peers: peers3, DataAddr: "127.0.0.1:5"}, "advertises"},
 		{"negative local rank", gyre.Config{Key: key, LocalRank: -1}, "LocalRank"},
+		{"unknown launcher", gyre.Config{Key: key, Launcher: "torchrun"}, `Launcher "torchrun"`},
 		{"seeds", gyre.Config{Key: key, Seeds: []string{"127.0.0.1:7946"}}, ""},
 		{"listen starts a job", gyre.Config{Key: key, Listen: "127.0.0.1:7000", MinWorkers: 4}, ""},
 		{"seeds with peers", gyre.Config{Key: key, Seeds: []string{"127.0.0.1:7946"}, Peers: peers3}, "Peers cannot be given with Seeds"},

@@ -359,6 +359,93 @@ func TestTwoWorkersCannotSurviveACrash(t *testing.T) {
 	t.Logf("the survivor exited %d after %v: %s", res.Code, took.Round(time.Millisecond), lastLine(res.Stderr))
 }
 
+// TestSIGTERMEndsAQuorumWait: the survivor of a 2-worker job waits for a
+// majority that cannot come (a 5-minute --quorum-timeout); SIGTERM, as a
+// launcher or scheduler stopping the job sends, ends the wait at once
+// with the no-quorum status, rather than at the next boundary, which
+// never comes.
+func TestSIGTERMEndsAQuorumWait(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	p := gyretest.StartProcs(t, gyretest.ProcOptions{N: 2, Gossip: true,
+		Argv: func(int) []string {
+			return []string{gyre, "--log-level", "warn", "train", "--iters", "1000000", "--target-acc", "0",
+				"--peer-timeout", "500ms", "--quorum-timeout", "5m"}
+		}})
+	waitForRow(t, p, 0, 20*time.Second)
+	p.Kill(t, 1)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(p.Stderr(0), "recovering"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor did not start recovering within 20 s:\n%s", p.Stderr(0))
+		}
+	}
+	p.Term(t, 0)
+	termed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := p.WaitRank(ctx, 0)
+	took := time.Since(termed)
+	if res.Code != gyreapi.ExitNoQuorum || !strings.Contains(res.Stderr, "asked to leave (SIGTERM) while waiting for one") ||
+		!strings.Contains(res.Stderr, "it does not hear rank 1") {
+		t.Fatalf("after SIGTERM the survivor exited %d in %v; want %d, no quorum, asked to leave:\n%s", res.Code, took, gyreapi.ExitNoQuorum, res.Stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the survivor took %v to end its quorum wait after SIGTERM; want about a tick (25 ms)", took)
+	}
+	t.Logf("the survivor exited %d %v after SIGTERM: %s", res.Code, took.Round(time.Millisecond), lastLine(res.Stderr))
+}
+
+// TestLaunchEndsAJobWithoutQuorum: under gyre launch with its defaults,
+// the survivor of a 2-worker job whose other worker is killed with -9
+// waits a short quorum timeout (LaunchQuorumWaits peer timeouts, 10 s),
+// since launch will not bring the lost worker back into its view; launch
+// then exits 75 naming the killed worker. With the wait of a job started
+// by hand (--join-timeout, 5 minutes) it took 5 minutes.
+func TestLaunchEndsAJobWithoutQuorum(t *testing.T) {
+	longOnly(t)
+	gyre := gyretest.Gyre(t)
+	cmd := exec.Command(gyre, "launch", "-n", "2", "--", "train", "--iters", "1000000", "--target-acc", "0")
+	var stdout, stderr transporttest.LogBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	row := regexp.MustCompile(`(?m)^\[0\] +\d+ +[0-9.]+ +[0-9.]+%`)
+	for deadline := time.Now().Add(30 * time.Second); !row.MatchString(stdout.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress row within 30 s:\n%s\n%s", stdout.String(), stderr.String())
+		}
+	}
+	kids := children(t, cmd.Process.Pid)
+	if len(kids) != 2 {
+		t.Fatalf("launch has %d children, want 2", len(kids))
+	}
+	const victim = 1
+	if err := syscall.Kill(kids[victim], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	select {
+	case err := <-done:
+		took := time.Since(killed)
+		last := lastLine(stderr.String())
+		if code := cmd.ProcessState.ExitCode(); code != gyreapi.ExitNoQuorum || !strings.Contains(last, fmt.Sprintf("rank %d killed by signal 9", victim)) ||
+			!strings.Contains(last, fmt.Sprintf("names rank %d:", victim)) {
+			t.Fatalf("launch = %v (status %d) %v after the kill, last line %q; want status %d naming rank %d\n%s\n%s",
+				err, code, took, last, gyreapi.ExitNoQuorum, victim, stdout.String(), stderr.String())
+		}
+		if took > 15*time.Second {
+			t.Errorf("launch exited %v after the kill; want within 15 s", took)
+		}
+		t.Logf("launch exited %d %v after the kill: %s", cmd.ProcessState.ExitCode(), took.Round(time.Millisecond), last)
+	case <-time.After(time.Minute):
+		t.Fatalf("launch did not end within a minute of the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]

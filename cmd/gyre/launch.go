@@ -31,7 +31,7 @@ var launchSets = []string{
 	gyre.EnvPeers, gyre.EnvRank, gyre.EnvWorldSize, gyre.EnvLocalRank, gyre.EnvDataAddr,
 	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvSharedMemory, gyre.EnvKeyFile, gyre.EnvKey,
 	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
-	gyre.EnvGossipTiming, gyre.EnvLogLevel, gyre.EnvLogFormat,
+	gyre.EnvGossipTiming, gyre.EnvLauncher, gyre.EnvLogLevel, gyre.EnvLogFormat,
 	prof.EnvCPU, prof.EnvBlock, prof.EnvTrace,
 }
 
@@ -59,7 +59,8 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"fails otherwise, or is killed by a signal, is lost, and the others go\n" +
 			"on without it: the runtime recovers from a lost worker. The job ends\n" +
 			"when every worker has exited, or when one exits with status 75 (no\n" +
-			"quorum: it lost touch with a majority of its view); then those still\n" +
+			"quorum: it lost touch with a majority of its view; under launch it\n" +
+			"waits 5 × --peer-timeout for it, 10 s, not 5 minutes); then those still\n" +
 			"running get SIGTERM, which makes gyre train leave at its next\n" +
 			"boundary, and SIGKILL after --grace. Ctrl-C stops the job the same way.\n\n" +
 			"Exit status: 0 when the job finished, that is a worker exited 0 and\n" +
@@ -437,6 +438,7 @@ func rankEnv(parent []string, cfg gyre.Config, keyPath string, extra []string, v
 			gyre.EnvInsecure+"="+strconv.FormatBool(cfg.Insecure),
 			gyre.EnvStripes+"="+strconv.Itoa(cfg.Stripes),
 			gyre.EnvSharedMemory+"="+cfg.SharedMemory,
+			gyre.EnvLauncher+"="+gyre.LauncherLaunch,
 		)
 		if keyPath != "" {
 			env = append(env, gyre.EnvKeyFile+"="+keyPath)

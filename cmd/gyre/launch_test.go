@@ -63,8 +63,8 @@ func TestLaunchPassesTheStaticView(t *testing.T) {
 
 func TestLaunchPassesASeed(t *testing.T) {
 	script := `echo "$GYRE_LOCAL_RANK listen=$GYRE_LISTEN data=$GYRE_DATA_ADDR seed=$GYRE_SEED min=$GYRE_MIN_WORKERS ` +
-		`timing=$GYRE_GOSSIP_TIMING log=$GYRE_LOG_LEVEL peers=$GYRE_PEERS rank=$GYRE_RANK"`
-	lines, stderr, err := launchLines(t, map[string]string{"GYRE_SEED": "10.9.9.9:1"}, "-n", "3", "--", "sh", "-c", script)
+		`timing=$GYRE_GOSSIP_TIMING log=$GYRE_LOG_LEVEL peers=$GYRE_PEERS rank=$GYRE_RANK launcher=$GYRE_LAUNCHER"`
+	lines, stderr, err := launchLines(t, map[string]string{"GYRE_SEED": "10.9.9.9:1", "GYRE_LAUNCHER": "x"}, "-n", "3", "--", "sh", "-c", script)
 	if err != nil || len(lines) != 3 {
 		t.Fatalf("%q %v\n%s", lines, err, stderr)
 	}
@@ -77,7 +77,7 @@ func TestLaunchPassesASeed(t *testing.T) {
 			k, v, _ := strings.Cut(p, "=")
 			kv[k] = v
 		}
-		if f[0] != string(rune('0'+r)) || kv["min"] != "3" || kv["timing"] != "local" || kv["log"] != "warn" ||
+		if f[0] != string(rune('0'+r)) || kv["min"] != "3" || kv["timing"] != "local" || kv["log"] != "warn" || kv["launcher"] != "launch" ||
 			kv["peers"] != "" || kv["rank"] != "" || seen[kv["listen"]] || seen[kv["data"]] {
 			t.Fatalf("rank %d environment %q", r, l)
 		}

@@ -111,7 +111,9 @@ func newTrainCmd(c *cli) *cobra.Command {
 			"and no --seed it starts a job; with --seed it joins a running one through\n" +
 			"any member's gossip address, and is admitted at an iteration boundary.\n" +
 			"Every worker of a job uses the same --key-file. SIGTERM leaves the job\n" +
-			"at the next boundary and exits 0; a second SIGTERM stops at once.\n" +
+			"at the next boundary and exits 0; a second SIGTERM stops at once. A\n" +
+			"worker waiting for a majority it lost ends the wait on SIGTERM, with\n" +
+			"status 75 (no quorum).\n" +
 			"Every worker prints a digest of its final state.",
 		Example: "  gyre launch -n 4 -- train\n" +
 			"  gyre train --iters 500\n" +

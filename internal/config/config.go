@@ -44,6 +44,9 @@ const (
 	DefaultStallThreshold = time.Minute
 	// DefaultPeerTimeout is PeerTimeout's default.
 	DefaultPeerTimeout = 2 * time.Second
+	// LaunchQuorumWaits is QuorumTimeout's default under gyre launch, in
+	// PeerTimeouts (Launcher).
+	LaunchQuorumWaits = 5
 	// MinPeerTimeout bounds PeerTimeout from below: heartbeats go out four
 	// times per PeerTimeout, and shorter silences are scheduling noise.
 	MinPeerTimeout = 100 * time.Millisecond
@@ -86,6 +89,8 @@ const (
 
 // Ring orders accepted by Config.RingOrder.
 const (
+	// LauncherLaunch is Launcher under gyre launch.
+	LauncherLaunch = "launch"
 	// RingOrderAuto measures the links between the members of each new
 	// view and orders the ring so that it crosses slow links as rarely as
 	// it can (ring.ChooseOrder).
@@ -153,6 +158,7 @@ type Config struct {
 	PeerTimeout         time.Duration
 	Failpoint           string
 	QuorumTimeout       time.Duration
+	Launcher            string
 	GlobalBatch         int
 	Shares              []int
 	Balance             string
@@ -229,6 +235,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.QuorumTimeout == 0 {
 		c.QuorumTimeout = c.JoinTimeout
+		if c.Launcher == LauncherLaunch {
+			c.QuorumTimeout = LaunchQuorumWaits * cmp.Or(c.PeerTimeout, DefaultPeerTimeout)
+		}
 	}
 	if c.CollectiveTimeout == 0 {
 		c.CollectiveTimeout = DefaultCollectiveTimeout
@@ -469,6 +478,9 @@ func (c Config) checkBatch(userShares bool) []error {
 	}
 	if c.QuorumTimeout < 0 {
 		errs = append(errs, fmt.Errorf("QuorumTimeout %v is negative", c.QuorumTimeout))
+	}
+	if c.Launcher != "" && c.Launcher != LauncherLaunch {
+		errs = append(errs, fmt.Errorf("Launcher %q (%s): want %q or empty", c.Launcher, EnvLauncher, LauncherLaunch))
 	}
 	switch {
 	case c.CheckpointEvery < 0:

@@ -47,8 +47,10 @@ const (
 	EnvJoinTimeout       = "GYRE_JOIN_TIMEOUT"
 	EnvConnectTimeout    = "GYRE_CONNECT_TIMEOUT"
 	EnvQuorumTimeout     = "GYRE_QUORUM_TIMEOUT"
-	EnvPeerTimeout       = "GYRE_PEER_TIMEOUT"
-	EnvStallThreshold    = "GYRE_STALL_THRESHOLD"
+	// EnvLauncher is Config.Launcher: "launch", set by gyre launch.
+	EnvLauncher       = "GYRE_LAUNCHER"
+	EnvPeerTimeout    = "GYRE_PEER_TIMEOUT"
+	EnvStallThreshold = "GYRE_STALL_THRESHOLD"
 	// EnvFailpoint is Config.Failpoint: for tests of recovery only.
 	EnvFailpoint = "GYRE_FAILPOINT"
 	// EnvCheckpointDir is a directory; EnvCheckpointEvery and
@@ -132,6 +134,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	duration(EnvJoinTimeout, &c.JoinTimeout)
 	duration(EnvConnectTimeout, &c.ConnectTimeout)
 	duration(EnvQuorumTimeout, &c.QuorumTimeout)
+	str(EnvLauncher, &c.Launcher)
 	str(EnvFailpoint, &c.Failpoint)
 	duration(EnvPeerTimeout, &c.PeerTimeout)
 	duration(EnvStallThreshold, &c.StallThreshold)

@@ -28,7 +28,9 @@ import (
 // recoverView runs recovery after a failure that lost a peer: it rolls
 // this worker back to its commit, takes part in rounds until it installs
 // a view and holds the winning commit, and returns the Change that says
-// so, with Redo set. It gives up with ErrNoQuorum after QuorumTimeout.
+// so, with Redo set. It gives up with ErrNoQuorum after QuorumTimeout,
+// or at once when asked to leave (RequestLeave) while it hears no
+// majority; with one, it recovers and leaves at the next boundary.
 //
 // late are members a boundary's table found late past CollectiveTimeout:
 // this recovery counts them gone, though their heartbeats come.
@@ -103,6 +105,12 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 			}
 			outs = append(outs, rc.Rank.Step(m)...)
 		case <-tick.C:
+			if e.members.leaveReq.Load() && !rc.HearsMajority(inst) {
+				// Whoever asked (a launcher stopping the job, a scheduler
+				// draining the node) is waiting for this process to end,
+				// and no round can install a view without a majority.
+				return Change{}, rc.LeftWithoutQuorum(inst, cause)
+			}
 			outs = append(outs, rc.Rank.Step(recovery.Tick{})...)
 			if time.Since(redialed) >= e.cfg.PeerTimeout {
 				redialed = time.Now()

@@ -305,6 +305,9 @@ func TestBlame(t *testing.T) {
 			{"Error: gyre: workers diverged: rank 2 ended iteration 6, this worker 5"},
 			{"Error: gyre: workers diverged: rank 2 ended iteration 6, this worker 5"},
 		}, 2, "[1 2]"},
+		// A worker without quorum lists itself among the voters it reaches.
+		{"no quorum", [][]string{{"Error: gyre: no quorum: this worker reaches 1 of the 2 voters of the view of epoch 2 " +
+			"(rank 0 127.0.0.1:9 (this worker)) and needs 2; it does not hear rank 1 127.0.0.1:8; it waited 10s, after: lost rank 1"}}, 1, "[0]"},
 		{"state", [][]string{{"Error: gyre: workers diverged: rank 1 holds a different state from rank 0 (digest 1, rank 0 2)"}}, 1, "[0]"},
 		{"disagree", [][]string{{"Error: rank 0 ended iteration 5"}, {"Error: rank 1 ended iteration 6"}}, -1, "[]"},
 		// log.Fatal's report, as an embedding trainer exits.

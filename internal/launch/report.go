@@ -44,6 +44,10 @@ func (r *report) get() []string {
 
 var (
 	rankWord = regexp.MustCompile(`\brank (\d+)\b`)
+	// selfRank is how a no-quorum report names its own worker among the
+	// voters it reaches ("rank 0 127.0.0.1:9000 (this worker)"): not a
+	// rank it blames.
+	selfRank = regexp.MustCompile(`\brank \d+ \S+ \(this worker\)`)
 	// logStamp is the date and time the standard library's log package
 	// puts before a log.Fatal report.
 	logStamp = regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(\.\d+)? `)
@@ -51,12 +55,13 @@ var (
 
 // named returns the ranks a report names, each line's first: a line such
 // as "rank 2 holds a different state from rank 0" names the odd rank
-// first, and "lost rank 3 (…)" the lost one. It also returns, per rank,
+// first, and "lost rank 3 (…)" the lost one; a rank marked "(this
+// worker)" is skipped. It also returns, per rank,
 // the line that named it.
 func named(lines []string) map[int]string {
 	ranks := map[int]string{}
 	for _, l := range lines {
-		m := rankWord.FindStringSubmatch(l)
+		m := rankWord.FindStringSubmatch(selfRank.ReplaceAllString(l, ""))
 		if m == nil {
 			continue
 		}

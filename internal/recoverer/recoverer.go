@@ -502,10 +502,35 @@ func (rc *Recoverer) LastHeardOf(lost []recovery.ID) time.Time {
 // NoQuorum is the error of a recovery that found no majority of v's
 // voters after waiting quorumTimeout, which began with cause.
 func (rc *Recoverer) NoQuorum(v recovery.View, quorumTimeout time.Duration, cause error) error {
-	var reach, gone []string
-	now := time.Now()
-	voters := v.Voters()
-	for _, m := range voters {
+	return rc.noQuorum(v, fmt.Sprintf("it waited QuorumTimeout %v (--quorum-timeout)", quorumTimeout), cause)
+}
+
+// LeftWithoutQuorum is the error of a recovery that a leave request
+// (SIGTERM) ended while this worker heard no majority of v's voters: a
+// wait for one would only hold up whoever is stopping the job.
+func (rc *Recoverer) LeftWithoutQuorum(v recovery.View, cause error) error {
+	return rc.noQuorum(v, "it was asked to leave (SIGTERM) while waiting for one", cause)
+}
+
+func (rc *Recoverer) noQuorum(v recovery.View, ended string, cause error) error {
+	reach, gone := rc.reach(v, time.Now())
+	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
+		"%s; %s, after: %w",
+		errs.NoQuorum, len(reach), len(v.Voters()), v.Epoch, strings.Join(reach, ", "), len(v.Voters())/2+1,
+		unheard(gone), ended, cause)
+}
+
+// HearsMajority reports whether this worker, itself included, hears a
+// majority of v's voters.
+func (rc *Recoverer) HearsMajority(v recovery.View) bool {
+	reach, _ := rc.reach(v, time.Now())
+	return len(reach) > len(v.Voters())/2
+}
+
+// reach names v's voters that this worker reaches at now, itself
+// included, and those it does not hear.
+func (rc *Recoverer) reach(v recovery.View, now time.Time) (reach, gone []string) {
+	for _, m := range v.Voters() {
 		p := transport.PeerID(m)
 		switch {
 		case p == rc.cfg.Self:
@@ -516,10 +541,7 @@ func (rc *Recoverer) NoQuorum(v recovery.View, quorumTimeout time.Duration, caus
 			reach = append(reach, fmt.Sprintf("rank %d %s", v.Rank(m), m))
 		}
 	}
-	return fmt.Errorf("%w: this worker reaches %d of the %d voters of the view of epoch %d (%s) and needs %d; "+
-		"%s; it waited QuorumTimeout %v (--quorum-timeout) after: %w",
-		errs.NoQuorum, len(reach), len(voters), v.Epoch, strings.Join(reach, ", "), len(voters)/2+1,
-		unheard(gone), quorumTimeout, cause)
+	return reach, gone
 }
 
 // unheard says which voters a worker without quorum does not hear; if it
