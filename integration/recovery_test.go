@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -307,6 +308,116 @@ func TestLaunchSurvivesAKill(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("the job did not end within 3 minutes:\n%s\n%s", stdout.String(), stderr.String())
 	}
+}
+
+// TestLaunchRestartsAKilledWorker: gyre launch -n 4 --max-restarts K,
+// with launch index 2's worker killed with -9 twice, each time once its
+// restart has rejoined. With K = 2 launch starts it again twice (after 1
+// s, then 2 s), it rejoins through the live workers, and the job ends with
+// 4 workers and one final digest. With K = 1 the second kill gives it up,
+// and the job ends with the other 3 and one digest, launch naming it.
+func TestLaunchRestartsAKilledWorker(t *testing.T) {
+	longOnly(t)
+	for _, tc := range []struct {
+		restarts, iters, finish int
+	}{{2, 5000, 4}, {1, 3000, 3}} {
+		t.Run(fmt.Sprintf("max-restarts-%d", tc.restarts), func(t *testing.T) {
+			testLaunchRestarts(t, tc.restarts, tc.iters, tc.finish)
+		})
+	}
+}
+
+func testLaunchRestarts(t *testing.T, restarts, iters, finish int) {
+	gyre := gyretest.Gyre(t)
+	cmd := exec.Command(gyre, "launch", "-n", "4", "--max-restarts", strconv.Itoa(restarts), "--",
+		"train", "--iters", strconv.Itoa(iters), "--target-acc", "0")
+	var stdout, stderr transporttest.LogBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	const victim = 2
+	joined := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] # rank \d+/\d+ joined at iteration (\d+)`, victim))
+	await := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 60 s:\n%s\n%s", what, stdout.String(), stderr.String())
+			}
+		}
+	}
+	for k := 1; k <= 2; k++ {
+		await(fmt.Sprintf("[%d] in the job, start %d", victim, k), func() bool { return len(joined.FindAllString(stdout.String(), -1)) >= k })
+		time.Sleep(time.Second) // mid-run, past the new view's link probes
+		pid := launchedWorker(t, cmd.Process.Pid, victim)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed [%d] (pid %d), start %d", victim, pid, k)
+		if k <= restarts {
+			await(fmt.Sprintf("[%d] started again", victim), func() bool { return launchedWorker(t, cmd.Process.Pid, victim) != pid })
+		}
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the job did not end within 3 minutes:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	out, errs := stdout.String(), stderr.String()
+	if err != nil {
+		t.Fatalf("launch = %v, want success\n%s\n%s", err, out, errs)
+	}
+	digests := map[string][]string{}
+	for _, m := range launchDigest.FindAllStringSubmatch(out, -1) {
+		if m[3] == strconv.Itoa(iters) {
+			digests[m[2]] = append(digests[m[2]], m[1])
+		}
+	}
+	if len(digests) != 1 || len(slices.Collect(maps.Values(digests))[0]) != finish {
+		t.Fatalf("final digests %v, want one digest on %d workers\n%s", digests, finish, out)
+	}
+	want := []string{
+		fmt.Sprintf("gyre launch: rank %d killed by signal 9 (killed); starting it again in 1s (restart 1 of %d)", victim, restarts),
+		fmt.Sprintf("gyre launch: rank %d killed by signal 9 (killed); starting it again in 2s (restart 2 of %d)", victim, restarts),
+	}
+	if restarts == 1 {
+		want[1] = fmt.Sprintf("gyre launch: rank %d killed by signal 9 (killed); giving up on it after 1 restart (--max-restarts 1)", victim)
+	}
+	var said []string
+	for _, l := range strings.Split(errs, "\n") {
+		if strings.HasPrefix(l, "gyre launch: rank") {
+			said = append(said, l)
+		}
+	}
+	if !slices.Equal(said, want) {
+		t.Fatalf("launch said:\n%s\nwant:\n%s\n%s", strings.Join(said, "\n"), strings.Join(want, "\n"), errs)
+	}
+	last := lastLine(errs)
+	if lost := fmt.Sprintf("the job finished without 1 of 4 workers: rank %d killed by signal 9", victim); (finish == 3) != strings.Contains(last, lost) {
+		t.Fatalf("launch's last line %q; want it to name rank %d lost only when given up", last, victim)
+	}
+	t.Logf("%v", digests)
+}
+
+// launchDigest is digestLine under launch's prefix: launch index, digest,
+// iteration.
+var launchDigest = regexp.MustCompile(`(?m)^\[(\d+)\] # rank \d+ final state digest ([0-9a-f]{16}) at iteration (\d+)$`)
+
+// launchedWorker returns the pid of the worker of launch index i among
+// launch's children (its GYRE_LOCAL_RANK), 0 if there is none.
+func launchedWorker(t *testing.T, launch, i int) int {
+	t.Helper()
+	for _, k := range children(t, launch) {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", k))
+		if err == nil && slices.Contains(strings.Split(string(env), "\x00"), fmt.Sprintf("%s=%d", gyreapi.EnvLocalRank, i)) {
+			return k
+		}
+	}
+	return 0
 }
 
 // children lists pid's child processes, oldest first.

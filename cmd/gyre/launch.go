@@ -62,7 +62,10 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"quorum: it lost touch with a majority of its view; under launch it\n" +
 			"waits 5 × --peer-timeout for it, 10 s, not 5 minutes); then those still\n" +
 			"running get SIGTERM, which makes gyre train leave at its next\n" +
-			"boundary, and SIGKILL after --grace. Ctrl-C stops the job the same way.\n\n" +
+			"boundary, and SIGKILL after --grace. Ctrl-C stops the job the same way.\n" +
+			"--max-restarts K starts a lost worker again, up to K times, and it\n" +
+			"rejoins the running job as a new member (a 2-worker job cannot keep\n" +
+			"its majority through a crash, restarts or not).\n\n" +
 			"Exit status: 0 when the job finished, that is a worker exited 0 and\n" +
 			"none exited 75; the last line then names the lost ranks by launch\n" +
 			"index (\"rank 2 killed by signal 9 (killed)\"). Else 75 when a worker\n" +
@@ -82,6 +85,10 @@ func newLaunchCmd(c *cli) *cobra.Command {
 		},
 	}
 	job.bindFlags(cmd, 1)
+	// Not the benches': a restarted worker would time nothing comparable.
+	cmd.Flags().IntVar(&job.restarts, "max-restarts", 0,
+		"start a worker that fails (not status 0 or 75) again, up to K times per launch index, after 1 s doubling to 10 s; "+
+			"it rejoins the running job through the live workers as a new member. Not with --static")
 	return cmd
 }
 
@@ -97,6 +104,7 @@ type launchJob struct {
 	logDir    string
 	grace     time.Duration
 	static    bool
+	restarts  int
 	metrics   string // host:port of rank 0's metrics; rank i's port is port+i
 	timeline  string // rank i writes its timeline to this file with .rank<i> before the extension
 }
@@ -122,6 +130,12 @@ func (j *launchJob) bindFlags(cmd *cobra.Command, defaultN int) {
 func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 	if j.n < 1 {
 		return fmt.Errorf("-n %d: need at least 1 worker", j.n)
+	}
+	switch {
+	case j.restarts < 0:
+		return fmt.Errorf("--max-restarts %d: want 0 or more", j.restarts)
+	case j.restarts > 0 && j.static:
+		return errors.New("--max-restarts with --static: a static view fails at its first lost worker and takes no one back; drop --static to have lost workers started again")
 	}
 	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, SharedMemory: j.shm, KeyFile: j.keyFile}
 	var ephemeral *secret.Secret
@@ -215,6 +229,9 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 			}
 			return ok
 		}
+	}
+	if j.restarts > 0 {
+		opts.MaxRestarts, opts.RestartEnv = j.restarts, rejoinEnv(opts.Env, gossip)
 	}
 	err = launch.Run(cmd.Context(), opts)
 	return launchResult(cmd.ErrOrStderr(), err)
@@ -456,6 +473,21 @@ func staticEnv(peers []string) func(int) []string {
 			gyre.EnvWorldSize + "=" + strconv.Itoa(len(peers)),
 			gyre.EnvDataAddr + "=" + peers[r],
 		}
+	}
+}
+
+// rejoinEnv is the environment of a worker started again: its own, with
+// the running workers' gossip addresses for its seeds. Never its own
+// seed alone, which may be a dead worker's; and rank 0, which started the
+// job, would start a second one without a seed.
+func rejoinEnv(env func(int) []string, gossip []string) func(int, []int) []string {
+	return func(i int, running []int) []string {
+		seeds := make([]string, len(running))
+		for k, r := range running {
+			seeds[k] = gossip[r]
+		}
+		kept := slices.DeleteFunc(env(i), func(kv string) bool { return strings.HasPrefix(kv, gyre.EnvSeed+"=") })
+		return append(kept, gyre.EnvSeed+"="+strings.Join(seeds, ","))
 	}
 }
 

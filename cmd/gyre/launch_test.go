@@ -336,3 +336,57 @@ func TestLaunchTimeline(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchRestartsRejoinThroughTheLiveWorkers: a worker started again
+// (--max-restarts) has the running workers' gossip addresses for seeds,
+// also rank 0, which started the job without one; its own environment is
+// kept otherwise.
+func TestLaunchRestartsRejoinThroughTheLiveWorkers(t *testing.T) {
+	dir := t.TempDir()
+	// [1] fails at its first start; [0] and [2] wait for its second.
+	script := `N=$(( $(cat "$TEST_DIR/n$GYRE_LOCAL_RANK" 2>/dev/null || echo 0) + 1 )); echo $N > "$TEST_DIR/n$GYRE_LOCAL_RANK"
+	if [ "$GYRE_LOCAL_RANK" = 1 ] && [ $N = 1 ]; then exit 3; fi
+	echo "$GYRE_LOCAL_RANK start=$N listen=$GYRE_LISTEN seed=$GYRE_SEED launcher=$GYRE_LAUNCHER"
+	if [ "$GYRE_LOCAL_RANK" != 1 ]; then until [ -e "$TEST_DIR/n1" ] && [ "$(cat "$TEST_DIR/n1")" = 2 ]; do sleep 0.05; done; sleep 0.3; fi`
+	lines, stderr, err := launchLines(t, map[string]string{"TEST_DIR": dir}, "-n", "3", "--max-restarts", "1", "--", "sh", "-c", script)
+	if err != nil || len(lines) != 3 {
+		t.Fatalf("launch = %v, lines %q\n%s", err, lines, stderr)
+	}
+	kv := func(l string) map[string]string {
+		m := map[string]string{}
+		for _, f := range strings.Fields(l)[2:] {
+			k, v, _ := strings.Cut(f, "=")
+			m[k] = v
+		}
+		return m
+	}
+	w0, w1, w2 := kv(lines[0]), kv(lines[1]), kv(lines[2])
+	if w1["start"] != "2" || w1["launcher"] != "launch" || w1["listen"] == "" {
+		t.Fatalf("[1] after its restart: %q", lines[1])
+	}
+	if want := w0["listen"] + "," + w2["listen"]; w1["seed"] != want {
+		t.Fatalf("[1] restarted with seeds %q, want the running [0] and [2]: %q", w1["seed"], want)
+	}
+	if !strings.Contains(stderr, "gyre launch: rank 1 exited with status 3; starting it again in 1s (restart 1 of 1)") {
+		t.Fatalf("launch did not say it restarts [1]:\n%s", stderr)
+	}
+	env := rejoinEnv(func(int) []string { return []string{"A=1", gyre.EnvListen + "=g0"} }, []string{"g0", "g1", "g2"})(0, []int{1, 2})
+	if strings.Join(env, " ") != "A=1 "+gyre.EnvListen+"=g0 "+gyre.EnvSeed+"=g1,g2" {
+		t.Fatalf("rank 0 started again: %q, want seeds g1,g2", env)
+	}
+}
+
+func TestLaunchRefusesBadRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-restarts", "-1"}, "--max-restarts -1: want 0 or more"},
+		{[]string{"--max-restarts", "2", "--static"}, "--max-restarts with --static"},
+	} {
+		lines, stderr, err := launchLines(t, nil, append(append([]string{"-n", "2"}, tc.args...), "--", "sh", "-c", "echo worker-ran")...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(strings.Join(lines, "\n"), "worker-ran") {
+			t.Errorf("launch %v = %v, want %q before any worker starts\n%s", tc.args, err, tc.want, stderr)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,14 @@ import (
 // the job is stopped, before SIGKILL.
 const DefaultGrace = 5 * time.Second
 
+// DefaultBackoff and DefaultMaxBackoff bound the wait before a failed
+// worker is started again (Options.MaxRestarts): DefaultBackoff before its
+// first restart, doubling for each next one up to DefaultMaxBackoff.
+const (
+	DefaultBackoff    = time.Second
+	DefaultMaxBackoff = 10 * time.Second
+)
+
 // Options describe one local job.
 type Options struct {
 	// N is the number of workers, at least 1.
@@ -33,7 +42,9 @@ type Options struct {
 	Env func(i int) []string
 	// Stdout and Stderr receive every worker's output, each line prefixed
 	// with "[i] ", its launch index. (The index is fixed; a worker's rank
-	// in the job may change with the view.)
+	// in the job may change with the view.) Stderr also receives a line
+	// of launch's own ("gyre launch: ...") for each restart and each
+	// worker given up.
 	Stdout, Stderr io.Writer
 	// LogDir, if set, also receives each worker's stdout and stderr,
 	// without prefixes, in LogDir/rank-<i>.log.
@@ -59,6 +70,21 @@ type Options struct {
 	// TakeLine, if set, sees every line of every worker's stdout first
 	// (i its launch index); a line it returns true for is not printed.
 	TakeLine func(i int, line []byte) bool
+	// MaxRestarts is how many times the worker of each launch index is
+	// started again after it fails: a status other than 0 and NoQuorum,
+	// or a signal. A worker that exited 0 finished the job or left it,
+	// and one that exited NoQuorum ended it; once any worker has exited
+	// 0 the job is ending, and none is started again. Default 0: a
+	// failed worker stays lost.
+	MaxRestarts int
+	// RestartEnv returns the environment of worker i started again, given
+	// the launch indexes of the workers running then, through which it
+	// rejoins the job. Required with MaxRestarts.
+	RestartEnv func(i int, running []int) []string
+	// Backoff is the wait before a worker's first restart, doubling for
+	// each next one up to MaxBackoff. Defaults DefaultBackoff and
+	// DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
 }
 
 // Exit is how a worker that failed ended.
@@ -215,12 +241,29 @@ type rank struct {
 	err    error
 }
 
+// job is one Run: its options, outputs and processes.
+type job struct {
+	o              Options
+	stdout, stderr io.Writer
+	// all are the processes started, restarts included; latest the
+	// latest of each launch index, and restarts how often each was
+	// started again.
+	all      []*rank
+	latest   []*rank
+	restarts []int
+	exits    chan *rank
+	due      chan int // launch indexes whose restart's backoff has passed
+	timers   []*time.Timer
+	waiters  sync.WaitGroup
+}
+
 // Run starts the workers and waits for them. A worker that exits 0 has
 // finished (or left), and one that fails otherwise (a status, a signal) is
-// lost: the others go on without it. The job ends when every worker has
-// exited, or at once when a worker exits with the no-quorum status
-// (o.NoQuorum), or when ctx ends; then the workers still running are
-// stopped: SIGTERM, and SIGKILL after o.Grace.
+// lost: the others go on without it, and it is started again if
+// o.MaxRestarts allows. The job ends when every worker has exited and
+// none is due a restart, or at once when a worker exits with the
+// no-quorum status (o.NoQuorum), or when ctx ends; then the workers still
+// running are stopped: SIGTERM, and SIGKILL after o.Grace.
 //
 // Run returns nil when every worker exits 0; a *LostError when the job
 // finished (a worker exited 0, none with the no-quorum status) without the
@@ -235,48 +278,40 @@ func Run(ctx context.Context, o Options) error {
 	if len(o.Argv) == 0 {
 		return errors.New("launch: no command to run")
 	}
-	if o.Grace <= 0 {
-		o.Grace = DefaultGrace
+	if o.MaxRestarts < 0 || (o.MaxRestarts > 0 && o.RestartEnv == nil) {
+		return fmt.Errorf("launch: %d restarts: want 0, or more with RestartEnv", o.MaxRestarts)
 	}
+	o.Grace = cmp.Or(max(o.Grace, 0), DefaultGrace)
+	o.Backoff = cmp.Or(max(o.Backoff, 0), DefaultBackoff)
+	o.MaxBackoff = cmp.Or(max(o.MaxBackoff, 0), DefaultMaxBackoff)
 	if o.LogDir != "" {
 		if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
 			return fmt.Errorf("launch: log dir: %w", err)
 		}
 	}
-	// Whole writes, so that lines from different workers never interleave.
-	stdout, stderr := syncio.NewWriter(o.Stdout), syncio.NewWriter(o.Stderr)
-	ranks := make([]*rank, 0, o.N)
-	exits := make(chan *rank, o.N)
-	var started sync.WaitGroup
-	stopAll := func() { stop(ranks, o.Grace, o.Logger) }
+	j := &job{o: o,
+		// Whole writes, so that lines from different workers never interleave.
+		stdout: syncio.NewWriter(o.Stdout), stderr: syncio.NewWriter(o.Stderr),
+		latest: make([]*rank, o.N), restarts: make([]int, o.N),
+		exits: make(chan *rank, o.N*(o.MaxRestarts+1)), due: make(chan int, o.N),
+	}
+	defer j.waiters.Wait()
+	defer j.stopTimers()
 	for r := range o.N {
-		rk, err := start(r, o, stdout, stderr)
+		rk, err := j.start(r, o.Env(r))
 		if err != nil {
-			stopAll()
+			j.stop()
 			return err
 		}
-		ranks = append(ranks, rk)
-		started.Go(func() {
-			rk.err = rk.cmd.Wait()
-			for _, w := range rk.outs {
-				w.Flush()
-			}
-			if rk.file != nil {
-				rk.file.Close()
-			}
-			close(rk.exited)
-			exits <- rk
-		})
 		if r == 0 && o.FirstReady != nil {
 			waitFirst(ctx, o, rk)
 		}
 	}
-	defer started.Wait()
-	out, err := wait(ctx, o, exits)
+	out, err := j.wait(ctx)
 	ended := err != nil || out.noQuorum != nil
-	stopped := ended && running(ranks)
+	stopped := ended && running(j.all)
 	if ended {
-		stopAll()
+		j.stop()
 	}
 	switch {
 	case out.noQuorum != nil:
@@ -337,30 +372,56 @@ type outcome struct {
 	finished int
 }
 
-// wait collects the workers' exits until every worker has exited, one
-// exits with the no-quorum status, or ctx ends (then with ctx's error). A
-// worker that fails otherwise is lost, and the others go on.
-func wait(ctx context.Context, o Options, exits <-chan *rank) (outcome, error) {
+// wait collects the workers' exits until every worker has exited and
+// none is due a restart, one exits with the no-quorum status, or ctx ends
+// (then with ctx's error). A worker that fails otherwise is lost, and the
+// others go on; it is started again after its backoff if o.MaxRestarts
+// allows.
+func (j *job) wait(ctx context.Context) (outcome, error) {
 	var out outcome
-	for left := o.N; left > 0; left-- {
+	o := j.o
+	for running, pending := o.N, 0; running+pending > 0; {
 		select {
-		case rk := <-exits:
+		case rk := <-j.exits:
+			running--
 			if rk.err == nil {
 				out.finished++
 				o.log(rk.id).Debug().Msg("worker exited")
 				continue
 			}
-			out.failed = append(out.failed, rk)
 			if code, _ := exitStatus(rk.err); o.NoQuorum != 0 && code == o.NoQuorum {
+				out.failed = append(out.failed, rk)
 				out.noQuorum = rk
 				o.log(rk.id).Error().Err(rk.err).Msg("worker lost its quorum; stopping the job")
 				return out, nil
 			}
-			if left > 1 {
-				o.log(rk.id).Warn().Err(rk.err).Int("running", left-1).Msg("worker lost; the others go on")
+			if j.restart(rk, out.finished) {
+				pending++
+				continue
+			}
+			out.failed = append(out.failed, rk)
+			if running > 0 {
+				o.log(rk.id).Warn().Err(rk.err).Int("running", running).Msg("worker lost; the others go on")
 			} else {
 				o.log(rk.id).Warn().Err(rk.err).Msg("worker lost; it was the last one running")
 			}
+		case i := <-j.due:
+			pending--
+			prev := j.latest[i]
+			live := j.running()
+			if out.finished > 0 || len(live) == 0 {
+				// Nobody to rejoin: a worker started now would start a job
+				// of its own, or find the job ending.
+				j.say("not starting rank %d again: %s", i, map[bool]string{true: "the job is ending", false: "no worker is running to rejoin"}[out.finished > 0])
+				out.failed = append(out.failed, prev)
+				continue
+			}
+			if _, err := j.start(i, o.RestartEnv(i, live)); err != nil {
+				j.say("could not start rank %d again: %v", i, err)
+				out.failed = append(out.failed, prev)
+				continue
+			}
+			running++
 		case <-ctx.Done():
 			o.Logger.Warn().Msg("interrupted; stopping every worker")
 			return out, ctx.Err()
@@ -368,6 +429,64 @@ func wait(ctx context.Context, o Options, exits <-chan *rank) (outcome, error) {
 	}
 	return out, nil
 }
+
+// restart schedules the start again of failed worker rk, after its
+// backoff, if MaxRestarts allows and no worker has finished; it says so,
+// or that the worker is given up, on stderr.
+func (j *job) restart(rk *rank, finished int) bool {
+	o, i := j.o, rk.id
+	if o.MaxRestarts == 0 {
+		return false
+	}
+	x := exitOf(rk)
+	if j.restarts[i] >= o.MaxRestarts || finished > 0 {
+		why := fmt.Sprintf("giving up on it after %d restart%s (--max-restarts %d)", j.restarts[i], map[bool]string{true: "s"}[j.restarts[i] != 1], o.MaxRestarts)
+		if finished > 0 {
+			why = "not starting it again: the job is ending"
+		}
+		j.say("%v%s; %s", x, lastError(x), why)
+		return false
+	}
+	wait := min(o.Backoff<<j.restarts[i], o.MaxBackoff)
+	j.restarts[i]++
+	j.say("%v%s; starting it again in %v (restart %d of %d)", x, lastError(x), wait, j.restarts[i], o.MaxRestarts)
+	j.timers = append(j.timers, time.AfterFunc(wait, func() { j.due <- i }))
+	return true
+}
+
+// lastError quotes a failed worker's error, if it reported one: a
+// killed worker's last line of output says nothing of its end.
+func lastError(x Exit) string {
+	if len(x.Report) == 0 || !strings.HasPrefix(x.Report[0], "Error:") {
+		return ""
+	}
+	return ": " + strings.TrimSpace(strings.TrimPrefix(x.Report[0], "Error:"))
+}
+
+// say writes a line of launch's own to stderr, between the workers'.
+func (j *job) say(format string, args ...any) {
+	fmt.Fprintf(j.stderr, "gyre launch: "+format+"\n", args...)
+}
+
+// running returns the launch indexes whose latest worker has not exited.
+func (j *job) running() []int {
+	var live []int
+	for i, rk := range j.latest {
+		if rk != nil && running([]*rank{rk}) {
+			live = append(live, i)
+		}
+	}
+	return live
+}
+
+func (j *job) stopTimers() {
+	for _, t := range j.timers {
+		t.Stop()
+	}
+}
+
+// stop stops every worker still running.
+func (j *job) stop() { stop(j.all, j.o.Grace, j.o.Logger) }
 
 // failure builds the job's error: end is the worker whose failure ended
 // it (with the no-quorum status if noQuorum), failed every worker that
@@ -422,12 +541,19 @@ func (o Options) log(i int) *zerolog.Logger {
 	return &l
 }
 
-func start(r int, o Options, stdout, stderr io.Writer) (*rank, error) {
+// start starts worker r with env, and a goroutine that waits for it
+// and reports its exit on j.exits.
+func (j *job) start(r int, env []string) (*rank, error) {
+	o := j.o
 	rk := &rank{id: r, exited: make(chan struct{})}
 	prefix := []byte(fmt.Sprintf("[%d] ", r))
-	var outW, errW io.Writer = stdout, stderr
+	var outW, errW io.Writer = j.stdout, j.stderr
 	if o.LogDir != "" {
-		f, err := os.OpenFile(filepath.Join(o.LogDir, fmt.Sprintf("rank-%d.log", r)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		mode := os.O_TRUNC
+		if j.latest[r] != nil {
+			mode = os.O_APPEND // a restart: keep what the earlier process said
+		}
+		f, err := os.OpenFile(filepath.Join(o.LogDir, fmt.Sprintf("rank-%d.log", r)), os.O_WRONLY|os.O_CREATE|mode, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("launch: worker [%d] log: %w", r, err)
 		}
@@ -440,7 +566,7 @@ func start(r int, o Options, stdout, stderr io.Writer) (*rank, error) {
 	pe := &prefixWriter{prefix: prefix, out: errW, seen: rk.report.add}
 	rk.outs = []*prefixWriter{po, pe}
 	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)
-	cmd.Env = o.Env(r)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = io.Writer(po), io.Writer(pe)
 	if rk.file != nil {
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(po, rk.file), io.MultiWriter(pe, rk.file)
@@ -455,8 +581,21 @@ func start(r int, o Options, stdout, stderr io.Writer) (*rank, error) {
 		}
 		return nil, fmt.Errorf("launch: start worker [%d]: %w", r, err)
 	}
-	o.log(r).Debug().Int("pid", cmd.Process.Pid).Msg("worker started")
+	o.log(r).Debug().Int("pid", cmd.Process.Pid).Int("restart", j.restarts[r]).Msg("worker started")
 	rk.cmd = cmd
+	j.all = append(j.all, rk)
+	j.latest[r] = rk
+	j.waiters.Go(func() {
+		rk.err = rk.cmd.Wait()
+		for _, w := range rk.outs {
+			w.Flush()
+		}
+		if rk.file != nil {
+			rk.file.Close()
+		}
+		close(rk.exited)
+		j.exits <- rk
+	})
 	return rk, nil
 }
 

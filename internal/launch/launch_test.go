@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -390,4 +391,106 @@ func TestPrefixWriterBoundsPartialLines(t *testing.T) {
 	if len(p.line) != 0 || !strings.HasPrefix(out.String(), "[7] xxx") {
 		t.Fatalf("a long partial line was held: %d bytes buffered", len(p.line))
 	}
+}
+
+// restarting sets o up for restarts with short backoffs: a restarted
+// worker gets RUNNING, the launch indexes running then.
+func restarting(dir string, max int) func(*Options) {
+	return inDir(dir, func(o *Options) {
+		o.MaxRestarts, o.Backoff, o.MaxBackoff = max, 20*time.Millisecond, 30*time.Millisecond
+		env := o.Env
+		o.RestartEnv = func(i int, running []int) []string {
+			return append(env(i), fmt.Sprintf("RUNNING=%v", running))
+		}
+	})
+}
+
+// console is launch's own lines in stderr.
+func console(stderr string) string {
+	var own []string
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if strings.HasPrefix(l, "gyre launch: ") {
+			own = append(own, l)
+		}
+	}
+	return strings.Join(own, "")
+}
+
+// starts is a worker's script prologue: it counts its starts in
+// $DIR/starts-$RANK, into N.
+const starts = `N=$(( $(cat "$DIR/starts-$RANK" 2>/dev/null || echo 0) + 1 )); echo $N > "$DIR/starts-$RANK"; `
+
+// TestRunRestartsAFailedWorker: worker [1] fails at its first three
+// starts and finishes at its fourth; with 3 restarts it is started again
+// each time, after 20 ms, then 30 ms twice (the backoff doubles up to its
+// bound), with the running workers' indexes for its seeds, and the job
+// finishes whole. Worker [0] runs until [1] has finished.
+func TestRunRestartsAFailedWorker(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	script := starts + `case $RANK in
+	0) until [ -e "$DIR/done" ]; do sleep 0.02; done; echo "done 0" ;;
+	1) if [ $N -lt 4 ]; then echo "Error: failure $N" >&2; exit 3; fi; echo "start $N running=$RUNNING"; touch "$DIR/done" ;;
+	esac`
+	out, stderr, err := runSh(t, 2, script, restarting(dir, 3))
+	if err != nil {
+		t.Fatalf("Run = %v, want the job finished whole\n%s", err, stderr)
+	}
+	if got := strings.Join(sortedLines(out), "|"); got != "[0] done 0|[1] start 4 running=[0]" {
+		t.Fatalf("stdout %q, want [1]'s fourth start, with [0] running, and both done", got)
+	}
+	want := []string{
+		"gyre launch: rank 1 exited with status 3: failure 1; starting it again in 20ms (restart 1 of 3)",
+		"gyre launch: rank 1 exited with status 3: failure 2; starting it again in 30ms (restart 2 of 3)",
+		"gyre launch: rank 1 exited with status 3: failure 3; starting it again in 30ms (restart 3 of 3)",
+	}
+	if got := strings.Split(strings.TrimSpace(console(stderr)), "\n"); !slices.Equal(got, want) {
+		t.Fatalf("console:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRunGivesUpAfterMaxRestarts: worker [1] always fails; with 1
+// restart it is started again once, then given up with its last error,
+// and the job finishes without it.
+func TestRunGivesUpAfterMaxRestarts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	script := starts + `case $RANK in
+	0) until [ "$(cat "$DIR/starts-1" 2>/dev/null)" = 2 ]; do sleep 0.02; done; sleep 0.3; echo "done 0" ;;
+	1) echo "Error: failure $N" >&2; exit 3 ;;
+	esac`
+	_, stderr, err := runSh(t, 2, script, restarting(dir, 1))
+	var lost *LostError
+	if !errors.As(err, &lost) || len(lost.Lost) != 1 || lost.Lost[0].Index != 1 || lost.Lost[0].Code != 3 {
+		t.Fatalf("Run = %v, want the job finished without worker [1]", err)
+	}
+	want := "gyre launch: rank 1 exited with status 3: failure 1; starting it again in 20ms (restart 1 of 1)\n" +
+		"gyre launch: rank 1 exited with status 3: failure 2; giving up on it after 1 restart (--max-restarts 1)\n"
+	if got := console(stderr); got != want {
+		t.Fatalf("console:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestRunRestartsNoneWhenTheJobEnds: a worker that exits with the
+// no-quorum status is not started again (the job is over), nor is one
+// that fails after another has finished (the job is ending).
+func TestRunRestartsNoneWhenTheJobEnds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	t.Run("no quorum", func(t *testing.T) {
+		_, stderr, err := runSh(t, 2, `if [ $RANK = 1 ]; then exit 75; fi; sleep 30`, restarting(t.TempDir(), 3))
+		var re *RankError
+		if !errors.As(err, &re) || !re.NoQuorum || console(stderr) != "" {
+			t.Fatalf("Run = %v, console %q; want the job ended by [1]'s no quorum, with no restart", err, console(stderr))
+		}
+	})
+	t.Run("finished", func(t *testing.T) {
+		_, stderr, err := runSh(t, 2, `if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi`, restarting(t.TempDir(), 3))
+		var lost *LostError
+		if !errors.As(err, &lost) || len(lost.Lost) != 1 || lost.Lost[0].Index != 1 {
+			t.Fatalf("Run = %v, want the job finished without worker [1]", err)
+		}
+		if want := "gyre launch: rank 1 exited with status 3; not starting it again: the job is ending\n"; console(stderr) != want {
+			t.Fatalf("console %q, want %q", console(stderr), want)
+		}
+	})
 }
