@@ -77,9 +77,14 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"  gyre launch -n 2 --transport tcp --log-dir logs -- ./mytrainer --epochs 3",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			argv, err := resolveCommand(cmd.Root(), c.env, args)
+			argv, own, err := resolveCommand(cmd.Root(), c.env, args)
 			if err != nil {
 				return err
+			}
+			if own && job.n > 1 {
+				if err := sharedOutput(args[1:]); err != nil {
+					return err
+				}
 			}
 			return c.launchJob(cmd, job, argv)
 		},
@@ -378,21 +383,70 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }
 
-// resolveCommand runs this binary when args name one of its subcommands,
-// and otherwise looks the program up in PATH.
-func resolveCommand(root *cobra.Command, e env, args []string) ([]string, error) {
+// resolveCommand runs this binary when args name one of its subcommands
+// (own), and otherwise looks the program up in PATH.
+func resolveCommand(root *cobra.Command, e env, args []string) (argv []string, own bool, err error) {
 	if sub, _, err := root.Find(args[:1]); err == nil && sub != root && !strings.Contains(args[0], "/") {
 		exe, err := e.executable()
 		if err != nil {
-			return nil, fmt.Errorf("find this executable to run %q: %w", args[0], err)
+			return nil, false, fmt.Errorf("find this executable to run %q: %w", args[0], err)
 		}
-		return append([]string{exe}, args...), nil
+		return append([]string{exe}, args...), true, nil
 	}
 	prog, err := exec.LookPath(args[0])
 	if err != nil {
-		return nil, fmt.Errorf("command %q: %w", args[0], err)
+		return nil, false, fmt.Errorf("command %q: %w", args[0], err)
 	}
-	return append([]string{prog}, args[1:]...), nil
+	return append([]string{prog}, args[1:]...), false, nil
+}
+
+// workerFiles are the flags of gyre's commands that name a file one
+// worker alone writes (each takes an exclusive lock on it), with where
+// launch itself gives each worker its own.
+var workerFiles = map[string]string{
+	"--timeline":      "or give it to launch, `gyre launch --timeline t.json`, which writes t.rank<i>.json",
+	"--metrics-file":  "",
+	"--save-params":   "",
+	"--cpu-profile":   "or give it to gyre before launch, `gyre --cpu-profile p launch`, which writes p.<i>",
+	"--block-profile": "or give it to gyre before launch, `gyre --block-profile p launch`, which writes p.<i>",
+	"--exec-trace":    "or give it to gyre before launch, `gyre --exec-trace p launch`, which writes p.<i>",
+}
+
+// sharedOutput refuses a worker command (gyre's own) whose arguments name
+// a per-worker file without {i}: every worker would write it, and all but
+// the first would fail on its lock.
+func sharedOutput(args []string) error {
+	for k, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, inline := strings.Cut(a, "=")
+		hint, perWorker := workerFiles[name]
+		if !perWorker {
+			continue
+		}
+		if !inline {
+			if k+1 == len(args) {
+				continue // cobra reports the missing value
+			}
+			value = args[k+1]
+		}
+		if strings.Contains(value, "{i}") {
+			continue
+		}
+		if hint != "" {
+			hint = "; " + hint
+		}
+		return fmt.Errorf("%s %s would be written by every worker: put {i} in its name, which launch replaces with each worker's launch index (%s %s)%s",
+			name, value, name, indexed(value), hint)
+	}
+	return nil
+}
+
+// indexed is path with launch's index placeholder before its extension.
+func indexed(path string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + launch.IndexPlaceholder + ext
 }
 
 // launchKey returns the key file the workers read: the user's, made

@@ -390,3 +390,32 @@ func TestLaunchRefusesBadRestarts(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchRefusesASharedOutputFile: a per-worker file flag given to
+// every worker of a gyre command without {i} is refused before any
+// worker starts, with the placeholder to use; with {i}, or after the
+// command's own --, it is not (one worker, or a program of the user's,
+// is never checked).
+func TestLaunchRefusesASharedOutputFile(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "2", "--", "train", "--timeline", "t.json"},
+			"--timeline t.json would be written by every worker: put {i} in its name, which launch replaces with each worker's launch index (--timeline t-{i}.json); or give it to launch"},
+		{[]string{"-n", "2", "--", "train", "--metrics-file=m.jsonl"}, "--metrics-file m.jsonl would be written by every worker"},
+		{[]string{"-n", "3", "--", "train", "--save-params", "p"}, "(--save-params p-{i})"},
+		{[]string{"-n", "2", "--", "train", "--cpu-profile", "c.pprof"}, "gyre --cpu-profile p launch"},
+	} {
+		dir := t.TempDir()
+		lines, stderr, err := launchLines(t, map[string]string{"PWD": dir}, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(stderr, "workers on 127.0.0.1") {
+			t.Errorf("launch %v: %v, want %q before anything starts\n%q\n%s", tc.args, err, tc.want, lines, stderr)
+		}
+	}
+	for _, args := range [][]string{{"--timeline", "t-{i}.json", "--metrics-file={i}.jsonl"}, {"--iters", "5", "--", "--timeline", "t.json"}} {
+		if err := sharedOutput(args); err != nil {
+			t.Errorf("%v: %v, want it accepted", args, err)
+		}
+	}
+}

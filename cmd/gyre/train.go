@@ -18,6 +18,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/mlp"
+	"github.com/gyre-ml/gyre/internal/ownfile"
 	"github.com/gyre-ml/gyre/internal/progress"
 	"github.com/gyre-ml/gyre/internal/train"
 )
@@ -215,9 +216,9 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 	log := c.log
 	var onIter func(train.Iteration)
 	if fl.metricsFile != "" {
-		f, err := os.Create(fl.metricsFile)
+		f, err := ownfile.Create(fl.metricsFile)
 		if err != nil {
-			return fmt.Errorf("--metrics-file: %w", err)
+			return ownedFileError("--metrics-file", err)
 		}
 		mw := &metricsWriter{w: f, global: cfg.GlobalBatch}
 		defer func() {
@@ -232,8 +233,8 @@ func (c *cli) train(ctx context.Context, out io.Writer, cfg gyre.Config, fl trai
 		// Opened now, so that a bad path fails before the training does;
 		// truncated only when the parameters are written, so that a failed
 		// run leaves an earlier file whole.
-		if paramsOut, err = os.OpenFile(fl.paramsFile, os.O_WRONLY|os.O_CREATE, 0o666); err != nil {
-			return fmt.Errorf("--save-params: %w", err)
+		if paramsOut, err = ownfile.Open(fl.paramsFile); err != nil {
+			return ownedFileError("--save-params", err)
 		}
 		defer paramsOut.Close()
 	}
@@ -406,4 +407,15 @@ func saveParams(f *os.File, params [][]float64) error {
 func lookupIs(lookup func(string) (string, bool), name, value string) bool {
 	v, ok := lookup(name)
 	return ok && v == value
+}
+
+// ownedFileError names the flag of a per-worker output file that could
+// not be taken, and where another process holds it, how launch gives each
+// worker a file of its own.
+func ownedFileError(flag string, err error) error {
+	var held *ownfile.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("%s: %w (under gyre launch, {i} in the name becomes each worker's launch index: %s %s)", flag, err, flag, indexed(held.Path))
+	}
+	return fmt.Errorf("%s: %w", flag, err)
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,9 @@ import (
 // the job is stopped, before SIGKILL.
 const DefaultGrace = 5 * time.Second
 
+// IndexPlaceholder, in a worker's arguments, becomes its launch index.
+const IndexPlaceholder = "{i}"
+
 // DefaultBackoff and DefaultMaxBackoff bound the wait before a failed
 // worker is started again (Options.MaxRestarts): DefaultBackoff before its
 // first restart, doubling for each next one up to DefaultMaxBackoff.
@@ -36,7 +40,9 @@ const (
 type Options struct {
 	// N is the number of workers, at least 1.
 	N int
-	// Argv is the program and its arguments, run once per worker.
+	// Argv is the program and its arguments, run once per worker; "{i}"
+	// in an argument becomes the worker's launch index, so that each
+	// worker gets files of its own (--metrics-file m-{i}.jsonl).
 	Argv []string
 	// Env returns the whole environment of the worker of launch index i.
 	Env func(i int) []string
@@ -565,7 +571,11 @@ func (j *job) start(r int, env []string) (*rank, error) {
 	}
 	pe := &prefixWriter{prefix: prefix, out: errW, seen: rk.report.add}
 	rk.outs = []*prefixWriter{po, pe}
-	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)
+	argv := make([]string, len(o.Argv))
+	for k, a := range o.Argv {
+		argv[k] = strings.ReplaceAll(a, IndexPlaceholder, strconv.Itoa(r))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = io.Writer(po), io.Writer(pe)
 	if rk.file != nil {

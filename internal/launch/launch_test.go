@@ -494,3 +494,16 @@ func TestRunRestartsNoneWhenTheJobEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestRunGivesEachWorkerItsIndex: {i} in the arguments becomes each
+// worker's launch index.
+func TestRunGivesEachWorkerItsIndex(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	out, _, err := runSh(t, 3, `echo "$0 $1"`, func(o *Options) { o.Argv = append(o.Argv, "name-{i}", "file-{i}.json") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(sortedLines(out), "|"); got != "[0] name-0 file-0.json|[1] name-1 file-1.json|[2] name-2 file-2.json" {
+		t.Fatalf("stdout %q", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gyre-ml/gyre/internal/ownfile"
 	"github.com/gyre-ml/gyre/ring"
 )
 
@@ -61,7 +62,7 @@ type traceEvent struct {
 // the worker joins and its rank is not known, are held until then. skew
 // is added to every timestamp: zero but in tests of Merge.
 func NewTrace(path string, skew time.Duration) (*Trace, error) {
-	f, err := os.Create(path)
+	f, err := ownfile.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("obs: timeline: %w", err)
 	}

@@ -8,11 +8,12 @@ package prof
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
+
+	"github.com/gyre-ml/gyre/internal/ownfile"
 )
 
 // Environment variables that carry the files to a launched worker.
@@ -75,7 +76,7 @@ func Start(f Files) (stop func() error, err error) {
 		return func() error { return nil }, errors.Join(fmt.Errorf("prof: %s: %w", what, e), stopAll())
 	}
 	if f.CPU != "" {
-		out, err := os.Create(f.CPU)
+		out, err := ownfile.Create(f.CPU)
 		if err != nil {
 			return fail("cpu profile", err)
 		}
@@ -86,7 +87,7 @@ func Start(f Files) (stop func() error, err error) {
 		stops = append(stops, func() error { pprof.StopCPUProfile(); return out.Close() })
 	}
 	if f.Trace != "" {
-		out, err := os.Create(f.Trace)
+		out, err := ownfile.Create(f.Trace)
 		if err != nil {
 			return fail("execution trace", err)
 		}
@@ -98,7 +99,7 @@ func Start(f Files) (stop func() error, err error) {
 	}
 	if f.Block != "" {
 		// Create the file now, so that a bad path fails at start, not after the run.
-		out, err := os.Create(f.Block)
+		out, err := ownfile.Create(f.Block)
 		if err != nil {
 			return fail("block profile", err)
 		}
