@@ -118,7 +118,10 @@ type peer struct {
 	// incarnation of the peer may have left here (a member left out and
 	// admitted again closes its old links as it rejoins).
 	brokeAt atomic.Int64
-	linked  atomic.Bool // heard since it was watched
+	// lostAt is brokeAt for the failures the peer did not cause itself:
+	// any but its own close of the connection (transport.ErrClosedByPeer).
+	lostAt atomic.Int64
+	linked atomic.Bool // heard since it was watched
 	// progress is what its latest heartbeat carried, and when; nil
 	// before one did.
 	progress atomic.Pointer[heardProgress]
@@ -331,6 +334,24 @@ func (m *Monitor) Broken(id transport.PeerID) (time.Time, bool) {
 	return time.Unix(0, at), at != 0
 }
 
+// Lost is Broken for the breaks that a live peer does not cause: it
+// reports when the heartbeat connection from peer first failed other than
+// by the peer's own close (transport.ErrClosedByPeer: a QUIC FIN, reset
+// or application close, a shared-memory stream closed on purpose). A
+// crashed process sends none of these; a survivor that gave up on it and
+// exited does. A transport that cannot tell them apart (tcp) reports every
+// break here.
+func (m *Monitor) Lost(id transport.PeerID) (time.Time, bool) {
+	m.mu.Lock()
+	p := m.peers[id]
+	m.mu.Unlock()
+	if p == nil || p.bye.Load() {
+		return time.Time{}, false
+	}
+	at := p.lostAt.Load()
+	return time.Unix(0, at), at != 0
+}
+
 // Farewell is the drain before a job's common end: it tells every watched
 // peer that this worker needs nothing more from it, then waits until every
 // peer has said the same, or its connection has ended, or it has been
@@ -460,6 +481,7 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 			p.heard.Store(now)
 			p.linked.Store(true)
 			p.brokeAt.Store(0)
+			p.lostAt.Store(0)
 			p.gone.Store(false) // its link came back: Farewell waits for it again
 			if h.Flags == flagFarewell {
 				p.bye.Store(true)
@@ -468,7 +490,11 @@ func (m *Monitor) receive(ctx context.Context, id transport.PeerID, p *peer) {
 		}
 		p.gone.Store(true)
 		if p.linked.Load() || time.Since(began) >= staleFailure {
-			p.brokeAt.CompareAndSwap(0, time.Now().UnixNano())
+			now := time.Now().UnixNano()
+			p.brokeAt.CompareAndSwap(0, now)
+			if !errors.Is(err, transport.ErrClosedByPeer) {
+				p.lostAt.CompareAndSwap(0, now)
+			}
 		}
 		m.log.Debug().Err(err).Str("peer", string(id)).Msg("heartbeat not received")
 		select {
