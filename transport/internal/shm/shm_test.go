@@ -343,3 +343,52 @@ func TestDeadWriterIsNotAnOrderlyClose(t *testing.T) {
 		t.Fatalf("after the writer died: %v, want errPeerEnded", err)
 	}
 }
+
+// netLink is a network link for Or's tests: it records its Close.
+type netLink struct{ closed bool }
+
+func (l *netLink) OpenStream(context.Context, transport.Channel) (streams.Stream, error) {
+	return nil, errors.New("not for use")
+}
+func (l *netLink) Close() error { l.closed = true; return nil }
+
+// TestOrPrefersAPeerThatStartedLate: a peer on this machine that had not
+// started when it was first dialed (no socket), and that the network
+// reached once it had, is linked over shared memory after all, the
+// network link closed. A peer elsewhere keeps its network link.
+func TestOrPrefersAPeerThatStartedLate(t *testing.T) {
+	ca := transporttest.NewCA(t)
+	listen := func(id string) *Local {
+		l, err := Listen(Config{ID: transport.PeerID(id), Identity: transporttest.Issue(t, ca, id), Kind: "test", Port: 1,
+			Accept: func(_ transport.PeerID, s streams.InStream) { s.Close() }, Logger: transporttest.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a := listen("a-" + rand.Text())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	late := transport.PeerID("late-" + rand.Text())
+	nl := &netLink{}
+	dial := Or(func() *Local { return a }, func(context.Context, transport.PeerID, string) (streams.Link, error) {
+		listen(string(late)) // it starts while the network dial waits for it
+		return nl, nil
+	})
+	lk, err := dial(ctx, late, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	if lo, ok := lk.(streams.Localer); !ok || !lo.Local() || !nl.closed {
+		t.Fatalf("a peer on this machine that started late: link %T (network link closed: %v), want shared memory", lk, nl.closed)
+	}
+
+	far := &netLink{}
+	dial = Or(func() *Local { return a }, func(context.Context, transport.PeerID, string) (streams.Link, error) { return far, nil })
+	if lk, err := dial(ctx, "elsewhere", "127.0.0.1:1"); err != nil || lk != far || far.closed {
+		t.Fatalf("a peer elsewhere: link %T, %v (closed: %v), want the network link", lk, err, far.closed)
+	}
+}
