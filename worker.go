@@ -346,6 +346,13 @@ func (w *Worker) Boundary(ctx context.Context) (Change, error) {
 // iteration redone. It is safe from any goroutine (a SIGTERM handler).
 func (w *Worker) RequestLeave() { w.e.RequestLeave() }
 
+// ReportLoss tells the runtime the trainer's latest loss, for the job's
+// status: gossip carries it, with this worker's share and samples/s, to
+// gyre status, refreshed every few seconds at a boundary. Reporting is
+// optional and costs no communication of its own; gyre train reports its
+// global mean loss. It is safe from any goroutine.
+func (w *Worker) ReportLoss(loss float64) { w.e.ReportLoss(loss) }
+
 // Commit records the registered state and the sampler position (the next
 // iteration) as the point Restore returns to. Call it after Boundary.
 func (w *Worker) Commit() error { return w.e.Commit() }

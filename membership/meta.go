@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Role is what a node is in the job.
@@ -61,15 +62,38 @@ type Meta struct {
 	// view last published. Empty and 0 outside a started view.
 	Lead   string
 	Commit int64
+	// Status is the job as this worker saw it when its view last
+	// published Commit (gyre status); zero outside a started view.
+	Status Status
 }
+
+// Status is a worker's part of its job's status, for gyre status: what
+// its view's boundary table said when it last published its commit.
+type Status struct {
+	// Share is this worker's share of Global, the global batch; Global 0
+	// means no status yet.
+	Share, Global int32
+	// Rate is this worker's samples/s over its compute time (what the
+	// balance solver evens out); JobRate the job's, the global batch over
+	// rank 0's time between boundaries.
+	Rate, JobRate float32
+	// Loss is the loss its trainer last reported (Worker.ReportLoss), if
+	// HasLoss.
+	Loss    float32
+	HasLoss bool
+}
+
+// statusSize is an encoded Status: a flags byte (HasLoss), then Share,
+// Global, Rate, JobRate and Loss, 4 bytes each.
+const statusSize = 1 + 5*4
 
 // Flags of the encoding's last byte.
 const metaStarted = 1
 
 // MarshalBinary encodes m: the version, then fixed fields, then the
 // strings, each with a one-byte length, then a byte of flags (Started),
-// then Commit and Lead. The fields after the strings came later: an
-// encoding that ends before one reads it as zero.
+// then Commit and Lead, then Status. The fields after the strings came
+// later: an encoding that ends before one reads it as zero.
 func (m Meta) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, metaVersion, byte(m.Role))
@@ -88,13 +112,25 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 		flags |= metaStarted
 	}
 	b = append(b, flags)
-	if m.Lead != "" || m.Commit != 0 {
+	if m.Lead != "" || m.Commit != 0 || m.Status.Global != 0 {
 		if len(m.Lead) > 255 {
 			return nil, fmt.Errorf("%w: a lead of %d bytes, at most 255", ErrMeta, len(m.Lead))
 		}
 		b = binary.LittleEndian.AppendUint64(b, uint64(m.Commit))
 		b = append(b, byte(len(m.Lead)))
 		b = append(b, m.Lead...)
+	}
+	if s := m.Status; s.Global != 0 {
+		var flags byte
+		if s.HasLoss {
+			flags = 1
+		}
+		b = append(b, flags)
+		b = binary.LittleEndian.AppendUint32(b, uint32(s.Share))
+		b = binary.LittleEndian.AppendUint32(b, uint32(s.Global))
+		for _, f := range []float32{s.Rate, s.JobRate, s.Loss} {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+		}
 	}
 	if len(b) > MaxMeta {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMeta, len(b), MaxMeta)
@@ -133,6 +169,19 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 		}
 		out.Commit = int64(binary.LittleEndian.Uint64(rest))
 		out.Lead, rest = string(rest[9:9+int(rest[8])]), rest[9+int(rest[8]):]
+	}
+	if len(rest) > 0 {
+		if len(rest) < statusSize {
+			return fmt.Errorf("%w: truncated", ErrMeta)
+		}
+		s := &out.Status
+		s.HasLoss = rest[0]&1 != 0
+		s.Share = int32(binary.LittleEndian.Uint32(rest[1:]))
+		s.Global = int32(binary.LittleEndian.Uint32(rest[5:]))
+		s.Rate = math.Float32frombits(binary.LittleEndian.Uint32(rest[9:]))
+		s.JobRate = math.Float32frombits(binary.LittleEndian.Uint32(rest[13:]))
+		s.Loss = math.Float32frombits(binary.LittleEndian.Uint32(rest[17:]))
+		rest = rest[statusSize:]
 	}
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: %d bytes after the last field", ErrMeta, len(rest))

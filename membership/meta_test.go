@@ -8,7 +8,8 @@ import (
 
 func TestMetaRoundTrip(t *testing.T) {
 	m := Meta{DataAddr: "127.0.0.1:7947", Job: "train", Protocol: 1, Role: RoleWorker, Epoch: 9, Rank: -1, Device: "cpu:2", Started: true,
-		Lead: "127.0.0.1:7001", Commit: 12345}
+		Lead: "127.0.0.1:7001", Commit: 12345,
+		Status: Status{Share: 66, Global: 256, Rate: 5300.5, JobRate: 21000, Loss: 0.25, HasLoss: true}}
 	b, err := m.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -17,10 +18,15 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err := got.UnmarshalBinary(b); err != nil || got != m {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
 	}
-	// Earlier encodings still read: without the lead and commit, and
-	// without the flags byte too, as not started.
-	withFlags := len(b) - 9 - len(m.Lead)
+	// Earlier encodings still read: without the status, without the lead
+	// and commit too, and without the flags byte too, as not started.
+	withLead := len(b) - statusSize
 	older := m
+	older.Status = Status{}
+	if err := got.UnmarshalBinary(b[:withLead]); err != nil || got != older {
+		t.Fatalf("without the status: %+v, %v; want %+v", got, err, older)
+	}
+	withFlags := withLead - 9 - len(m.Lead)
 	older.Lead, older.Commit = "", 0
 	if err := got.UnmarshalBinary(b[:withFlags]); err != nil || got != older {
 		t.Fatalf("without the lead: %+v, %v; want %+v", got, err, older)
@@ -30,7 +36,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		t.Fatalf("without the flags: %+v, %v; want %+v", got, err, older)
 	}
 	for n := range len(b) {
-		if n == withFlags || n == withFlags-1 {
+		if n == withLead || n == withFlags || n == withFlags-1 {
 			continue
 		}
 		if err := got.UnmarshalBinary(b[:n]); !errors.Is(err, ErrMeta) {
@@ -38,7 +44,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		}
 	}
 	if err := got.UnmarshalBinary(append(b, 0)); !errors.Is(err, ErrMeta) {
-		t.Fatalf("a byte after the lead decoded: %v", err)
+		t.Fatalf("a byte after the status decoded: %v", err)
 	}
 	b[0] = 2
 	if err := got.UnmarshalBinary(b); !errors.Is(err, ErrMeta) || !strings.Contains(err.Error(), "version 2") {

@@ -26,12 +26,8 @@ const membersLeaveTimeout = time.Second
 
 func newMembersCmd(c *cli) *cobra.Command {
 	var (
-		seeds       []string
-		keyFile     string
-		listen      string
-		wait        time.Duration
-		joinTimeout time.Duration
-		asJSON      bool
+		of     observerFlags
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "members --seed ADDR [--seed ADDR]... [--key-file F] [--json]",
@@ -50,26 +46,7 @@ func newMembersCmd(c *cli) *cobra.Command {
 			"  GYRE_KEY_FILE=cluster.key gyre members --seed 10.0.0.5:7946 --json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := gyre.ConfigFromEnv(c.env.lookup)
-			if err != nil {
-				return err
-			}
-			if len(seeds) == 0 {
-				seeds = cfg.Seeds
-			}
-			if len(seeds) == 0 {
-				return errors.New("no seed to join: give --seed HOST:PORT, the gossip address of any live member " +
-					"of the job (gyre launch prints one), or set " + gyre.EnvSeed)
-			}
-			key, err := membersSecret(keyFile, cfg)
-			if err != nil {
-				return err
-			}
-			if wait < 0 || joinTimeout <= 0 {
-				return errors.New("--wait must not be negative and --join-timeout must be positive")
-			}
-			ms, err := observe(cmd.Context(), c, observeOptions{seeds: seeds, key: key, listen: listen,
-				wait: wait, joinTimeout: joinTimeout})
+			ms, err := of.observe(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
@@ -82,14 +59,52 @@ func newMembersCmd(c *cli) *cobra.Command {
 			return writeMemberTable(cmd.OutOrStdout(), rows)
 		},
 	}
-	f := cmd.Flags()
-	f.StringSliceVar(&seeds, "seed", nil, "gossip address (host:port) of a live member; repeat or comma-separate for several (default $"+gyre.EnvSeed+")")
-	f.StringVar(&keyFile, "key-file", "", "the job's cluster secret (default $"+gyre.EnvKeyFile+" or $"+gyre.EnvKey+")")
-	f.StringVar(&listen, "listen", "127.0.0.1:0", "gossip address to bind, host:port with an explicit host; port 0 picks a free one")
-	f.DurationVar(&wait, "wait", 2*time.Second, "how long to let gossip settle after joining")
-	f.DurationVar(&joinTimeout, "join-timeout", 10*time.Second, "give up joining after this long")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
+	of.bind(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
 	return cmd
+}
+
+// observerFlags are how gyre members and gyre status reach a job's gossip.
+type observerFlags struct {
+	seeds       []string
+	keyFile     string
+	listen      string
+	wait        time.Duration
+	joinTimeout time.Duration
+}
+
+func (of *observerFlags) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringSliceVar(&of.seeds, "seed", nil, "gossip address (host:port) of a live member; repeat or comma-separate for several (default $"+gyre.EnvSeed+")")
+	f.StringVar(&of.keyFile, "key-file", "", "the job's cluster secret (default $"+gyre.EnvKeyFile+" or $"+gyre.EnvKey+")")
+	f.StringVar(&of.listen, "listen", "127.0.0.1:0", "gossip address to bind, host:port with an explicit host; port 0 picks a free one")
+	f.DurationVar(&of.wait, "wait", 2*time.Second, "how long to let gossip settle after joining")
+	f.DurationVar(&of.joinTimeout, "join-timeout", 10*time.Second, "give up joining after this long")
+}
+
+// observe checks the flags, joins the job's gossip as an observer and
+// returns every member it learnt of (observe).
+func (of *observerFlags) observe(ctx context.Context, c *cli) ([]membership.Member, error) {
+	cfg, err := gyre.ConfigFromEnv(c.env.lookup)
+	if err != nil {
+		return nil, err
+	}
+	seeds := of.seeds
+	if len(seeds) == 0 {
+		seeds = cfg.Seeds
+	}
+	if len(seeds) == 0 {
+		return nil, errors.New("no seed to join: give --seed HOST:PORT, the gossip address of any live member " +
+			"of the job (gyre launch prints one), or set " + gyre.EnvSeed)
+	}
+	key, err := membersSecret(of.keyFile, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if of.wait < 0 || of.joinTimeout <= 0 {
+		return nil, errors.New("--wait must not be negative and --join-timeout must be positive")
+	}
+	return observe(ctx, c, observeOptions{seeds: seeds, key: key, listen: of.listen, wait: of.wait, joinTimeout: of.joinTimeout})
 }
 
 // membersSecret loads the cluster secret from --key-file, else from the
@@ -105,7 +120,7 @@ func membersSecret(keyFile string, cfg gyre.Config) (secret.Secret, error) {
 	if cfg.Key == "" && cfg.KeyFile == "" {
 		return secret.Secret{}, errors.New("a cluster secret is required to read a job's gossip: give --key-file FILE " +
 			"(the job's key file, as gyre launch prints it) or set " + gyre.EnvKeyFile + " or " + gyre.EnvKey +
-			"; gyre members never makes one, since another secret cannot join")
+			"; it never makes one, since another secret cannot join the job")
 	}
 	s, err := cfg.Secret()
 	if err != nil {

@@ -83,7 +83,7 @@ func newRoot(c *cli) *cobra.Command {
 	pf.StringVar(&c.prof.CPU, "cpu-profile", "", "write a Go CPU profile (go tool pprof) to this file; under launch, each worker writes FILE.INDEX")
 	pf.StringVar(&c.prof.Block, "block-profile", "", "write a Go blocking profile to this file (every blocking event: slows the process); per worker as --cpu-profile")
 	pf.StringVar(&c.prof.Trace, "exec-trace", "", "write a Go execution trace (go tool trace: scheduler delays, syscalls) to this file; per worker as --cpu-profile")
-	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c), newMembersCmd(c), newTimelineCmd(c))
+	root.AddCommand(newKeygenCmd(c), newBenchCmd(c), newLaunchCmd(c), newTrainCmd(c), newMembersCmd(c), newStatusCmd(c), newTimelineCmd(c))
 	return root
 }
 

@@ -103,6 +103,9 @@ type Engine struct {
 	// adds its own rank.
 	log, plain zerolog.Logger
 	rank       *atomic.Int64
+	// loss is the trainer's last ReportLoss (float64 bits), if lossSet.
+	loss    atomic.Uint64
+	lossSet atomic.Bool
 
 	links   *view.Links
 	live    *liveness.Monitor

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gyre-ml/gyre/internal/gossip"
 	"github.com/gyre-ml/gyre/internal/merge"
 	"github.com/gyre-ml/gyre/internal/vote"
 )
@@ -16,10 +17,12 @@ import (
 // yields when the table says so.
 
 // mergeState is this worker's view in the merge: its lead and the
-// committed iteration it last published, and rank 0's wall time since.
+// committed iteration it last published, and rank 0's wall time since;
+// and this worker's samples and compute time since, for its status.
 type mergeState struct {
-	own      merge.Own
-	sincePub time.Duration
+	own                merge.Own
+	sincePub           time.Duration
+	samples, computeNs int64
 }
 
 // publishEvery is how often a view publishes its committed iteration in
@@ -43,8 +46,8 @@ func lineageLead(lead string, members []vote.Member) string {
 // there. A joiner takes the view's lead from its welcome first.
 func (e *Engine) startPublishing(iter int64) {
 	e.merge.own.Lead = lineageLead(e.merge.own.Lead, e.cur.Members)
-	e.merge.own.Published, e.merge.sincePub = iter, 0
-	e.gossip.PublishCommit(e.merge.own.Lead, iter)
+	e.merge.own.Published, e.merge.sincePub, e.merge.samples, e.merge.computeNs = iter, 0, 0, 0
+	e.gossip.PublishCommit(e.merge.own.Lead, iter, gossip.Status{}) // no boundary of this view yet
 }
 
 // judgeMerge puts this worker's merge verdict in its boundary record.
@@ -68,9 +71,14 @@ func (e *Engine) mergeVerdict(recs []vote.Record) merge.Verdict {
 	if v := merge.Agree(verdicts); v.Yield {
 		return v
 	}
+	if self := e.cur.Rank; self >= 0 && self < len(recs) {
+		e.merge.samples += recs[self].Share
+		e.merge.computeNs += recs[self].Compute
+	}
 	if e.merge.sincePub += time.Duration(recs[0].Wall); e.merge.sincePub >= publishEvery {
-		e.merge.own.Published, e.merge.sincePub = recs[0].Iter, 0
-		e.gossip.PublishCommit(e.merge.own.Lead, recs[0].Iter)
+		st := e.jobStatus(recs, recs[0].Iter-e.merge.own.Published)
+		e.merge.own.Published, e.merge.sincePub, e.merge.samples, e.merge.computeNs = recs[0].Iter, 0, 0, 0
+		e.gossip.PublishCommit(e.merge.own.Lead, recs[0].Iter, st)
 	}
 	return merge.Verdict{}
 }

@@ -91,11 +91,15 @@ type Gossip struct {
 }
 
 // published is the part of this worker's metadata its view sets.
+// Status is a worker's part of its job's status in its metadata.
+type Status = membership.Status
+
 type published struct {
 	epoch  uint64
 	rank   int
 	lead   string
 	commit int64
+	status membership.Status
 }
 
 // Start starts the worker's gossip node, listed as pending (epoch 0).
@@ -138,7 +142,7 @@ func (g *Gossip) nodeMeta(epoch uint64, rank int) membership.Meta {
 func (g *Gossip) metaOf(p published) membership.Meta {
 	m := g.nodeMeta(p.epoch, p.rank)
 	if p.epoch > 0 {
-		m.Lead, m.Commit = p.lead, p.commit
+		m.Lead, m.Commit, m.Status = p.lead, p.commit, p.status
 	}
 	return m
 }
@@ -180,15 +184,16 @@ func (g *Gossip) Publish(epoch uint64, rank int) {
 
 // PublishCommit gossips, in the background, this worker's view's lead
 // and the committed iteration it publishes for the merge of started views
-// (internal/merge), with the epoch and rank Publish last set. A nil
-// Gossip does nothing.
-func (g *Gossip) PublishCommit(lead string, commit int64) {
+// (internal/merge), and its status of the job at that commit (gyre
+// status), with the epoch and rank Publish last set. A nil Gossip does
+// nothing.
+func (g *Gossip) PublishCommit(lead string, commit int64, st Status) {
 	if g == nil {
 		return
 	}
 	g.pubMu.Lock()
 	defer g.pubMu.Unlock()
-	g.pub.lead, g.pub.commit = lead, commit
+	g.pub.lead, g.pub.commit, g.pub.status = lead, commit, st
 	g.meta.publish(g.metaOf(g.pub))
 }
 

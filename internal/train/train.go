@@ -246,6 +246,7 @@ func run(ctx context.Context, w *gyre.Worker, j *Job, o Options) (Result, error)
 			continue // nothing was completed: the iteration at change.Iter runs next
 		}
 		res.Iters, res.Loss = w.Iter(), loss[0]
+		w.ReportLoss(loss[0])
 		if o.OnIteration != nil {
 			o.OnIteration(Iteration{Iter: w.Iter() - 1, Loss: loss[0], Shares: shares, Rank: rank, Seconds: time.Since(began).Seconds(),
 				Start: began, Epoch: epoch, Global: b.Global, Positions: [2]int64{b.Start, b.Start + int64(b.Share)}})
