@@ -215,10 +215,36 @@ func (e *Engine) peerLost(v *view.View, err error) error {
 	if err == nil || !errors.Is(err, transport.ErrPeerGone) {
 		return nil
 	}
-	if r, p, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
+	if r, p, ok := e.blame(v, err); ok {
 		return e.peerLostError(e.it.iter, r, p, err)
 	}
 	return nil
+}
+
+// blame names the member lost when err ended a collective of v
+// (View.Blame). A worker that itself stalled past PeerTimeout is the one
+// its peers lost: what they did meanwhile, closing their links on purpose
+// included, is no evidence against them, and it names the peer err names,
+// or else one whose heartbeats broke, for its error to say so beside its
+// own stall (peerLostError).
+func (e *Engine) blame(v *view.View, err error) (int, transport.PeerID, bool) {
+	if r, p, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
+		return r, p, true
+	}
+	if e.selfStall().Unresponsive == 0 {
+		return -1, "", false
+	}
+	if p, ok := transport.PeerOf(err); ok {
+		if r := v.RankOf(p); r >= 0 && r != v.Rank {
+			return r, p, true
+		}
+	}
+	for r, p := range v.IDs { // a send finds a link gone, not its peer: a peer whose link broke
+		if _, broke := e.live.Broken(p); broke && r != v.Rank {
+			return r, p, true
+		}
+	}
+	return -1, "", false
 }
 
 // peerLostError builds the error for rank r, saying so if this worker

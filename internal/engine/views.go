@@ -198,7 +198,7 @@ func (e *Engine) settleView(ctx context.Context) error {
 		// A member lost in the probes is named as a loss anywhere else
 		// is, and a worker that was itself stopped says so.
 		if lostPeer(err) {
-			if r, id, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
+			if r, id, ok := e.blame(v, err); ok {
 				return e.peerLostError(e.it.iter, r, id, err)
 			}
 		}

@@ -50,7 +50,7 @@ func (e *Engine) lost(v *view.View, iter int64, err error) error {
 		return errs.Closed
 	}
 	if lostPeer(err) { // ErrNotConnected: a failed send abandoned the link
-		if r, p, ok := v.Blame(e.live, e.cfg.PeerTimeout, err); ok {
+		if r, p, ok := e.blame(v, err); ok {
 			return e.peerLostError(iter, r, p, err)
 		}
 	}

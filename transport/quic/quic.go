@@ -166,14 +166,15 @@ func byPeer(err error) bool {
 }
 
 // orderly reports whether err is a peer's orderly close of a connection
-// or stream (codeClosed, codeStreamClosed).
+// or stream (codeClosed, codeStreamClosed), or of a shared-memory stream
+// (shm.ErrReaderClosed).
 func orderly(err error) bool {
 	var ae *quicgo.ApplicationError
 	if errors.As(err, &ae) {
 		return ae.Remote && ae.ErrorCode == codeClosed
 	}
 	var se *quicgo.StreamError
-	return errors.As(err, &se) && se.Remote && se.ErrorCode == codeStreamClosed
+	return errors.As(err, &se) && se.Remote && se.ErrorCode == codeStreamClosed || errors.Is(err, shm.ErrReaderClosed)
 }
 
 // Addr returns the bound UDP address, which peers pass to Connect.

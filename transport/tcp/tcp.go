@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -72,6 +73,8 @@ func New(cfg Config) (*Transport, error) {
 		Limits:  cfg.Limits,
 		Stripes: cfg.Stripes,
 		Dial:    shm.Or(func() *shm.Local { return t.shm }, t.dial),
+		// TCP cannot tell a peer's close from its crash; shared memory can.
+		Orderly: func(err error) bool { return errors.Is(err, shm.ErrReaderClosed) },
 		Logger:  log,
 	})
 	if err != nil {

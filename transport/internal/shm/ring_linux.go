@@ -251,7 +251,7 @@ type Writer struct {
 // A writer would otherwise learn of it only when the ring fills, and a
 // peer's links to a worker that went would look up.
 func (w *Writer) readerGone() bool {
-	if atomic.LoadUint32(w.r.u32(offReaderClosed)) == 1 {
+	if w.readerClosed() {
 		return true
 	}
 	if now := time.Now(); now.Sub(w.peeked) >= time.Millisecond {
@@ -266,6 +266,18 @@ func (w *Writer) readerGone() bool {
 		return gone
 	}
 	return false
+}
+
+// readerClosed says the reader closed its end on purpose.
+func (w *Writer) readerClosed() bool { return atomic.LoadUint32(w.r.u32(offReaderClosed)) == 1 }
+
+// readerEnded is Write's error once the reader is gone: ErrReaderClosed
+// if it closed its end, else its process died.
+func (w *Writer) readerEnded() error {
+	if w.readerClosed() {
+		return fmt.Errorf("%w: %w", ErrReaderClosed, unix.EPIPE)
+	}
+	return fmt.Errorf("shared memory: the reader's process ended: %w", unix.EPIPE)
 }
 
 // Close closes the stream on purpose: the reader drains it and then
@@ -288,7 +300,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, errClosed
 	}
 	if w.readerGone() {
-		return 0, fmt.Errorf("shared memory: the reader closed the stream: %w", unix.EPIPE)
+		return 0, w.readerEnded()
 	}
 	r := w.r
 	size := uint64(len(r.ring))
@@ -304,7 +316,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 			err := w.sleep(r.u32(offWriterWaiting), func() bool { return atomic.LoadUint64(tail) != t })
 			if err != nil {
 				if errors.Is(err, io.EOF) {
-					err = fmt.Errorf("shared memory: the reader closed the stream: %w", unix.EPIPE)
+					err = w.readerEnded()
 				}
 				return written, err
 			}

@@ -65,6 +65,12 @@ const (
 // socket on this machine and in this network namespace.
 var ErrNotLocal = errors.New("shared memory: the peer is not on this machine")
 
+// ErrReaderClosed is a write's error once the reader closed its end on
+// purpose (its transport closed, or it dropped the peer): the peer's
+// orderly end, as a QUIC close is, where a reader whose process died
+// leaves a plain broken pipe.
+var ErrReaderClosed = errors.New("shared memory: the reader closed the stream")
+
 // SocketName is the abstract socket a peer with id beside a network
 // transport of kind on port listens on. The ID is hashed to keep the
 // name within a socket address's 107 bytes.

@@ -344,6 +344,32 @@ func TestDeadWriterIsNotAnOrderlyClose(t *testing.T) {
 	}
 }
 
+// TestDeadReaderIsNotAnOrderlyClose: a write to a reader that closed its
+// end fails with ErrReaderClosed, the peer's orderly end; one to a reader
+// whose process died (its socket gone without Close) fails otherwise.
+func TestDeadReaderIsNotAnOrderlyClose(t *testing.T) {
+	w, r := pair(t, MinRing)
+	r.Close()
+	if _, err := w.Write([]byte("x")); !errors.Is(err, ErrReaderClosed) {
+		t.Fatalf("a write after the reader's Close: %v, want ErrReaderClosed", err)
+	}
+	w2, r2 := pair(t, MinRing)
+	r2.conn.Close() // the socket goes as the process's would, without Close
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := w2.Write(make([]byte, MinRing/4))
+		if err != nil {
+			if errors.Is(err, ErrReaderClosed) {
+				t.Fatalf("a write after the reader died: %v, want no orderly close", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writes to a dead reader kept succeeding")
+		}
+	}
+}
+
 // netLink is a network link for Or's tests: it records its Close.
 type netLink struct{ closed bool }
 
