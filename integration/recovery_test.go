@@ -269,22 +269,9 @@ func waitForCommit(t *testing.T, p *gyretest.Procs, r int, iter int64, limit tim
 // 0, naming the lost rank in its last line.
 func TestLaunchSurvivesAKill(t *testing.T) {
 	longOnly(t)
-	gyre := gyretest.Gyre(t)
-	cmd := exec.Command(gyre, "--log-level", "warn", "launch", "-n", "4", "--", "train", "--peer-timeout", "1s")
-	var stdout, stderr transporttest.LogBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	row := regexp.MustCompile(`(?m)^\[0\] +\d+ +[0-9.]+ +[0-9.]+%`)
-	for deadline := time.Now().Add(30 * time.Second); !row.MatchString(stdout.String()); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress row within 30 s:\n%s\n%s", stdout.String(), stderr.String())
-		}
-	}
+	l := startLaunch(t, "--log-level", "warn", "launch", "-n", "4", "--", "train", "--peer-timeout", "1s")
+	cmd, done, stdout, stderr := l.cmd, l.done, &l.stdout, &l.stderr
+	l.awaitRow(t)
 	kids := children(t, cmd.Process.Pid)
 	if len(kids) != 4 {
 		t.Fatalf("launch has %d children, want 4", len(kids))
@@ -328,17 +315,9 @@ func TestLaunchRestartsAKilledWorker(t *testing.T) {
 }
 
 func testLaunchRestarts(t *testing.T, restarts, iters, finish int) {
-	gyre := gyretest.Gyre(t)
-	cmd := exec.Command(gyre, "launch", "-n", "4", "--max-restarts", strconv.Itoa(restarts), "--",
+	l := startLaunch(t, "launch", "-n", "4", "--max-restarts", strconv.Itoa(restarts), "--",
 		"train", "--iters", strconv.Itoa(iters), "--target-acc", "0")
-	var stdout, stderr transporttest.LogBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd, done, stdout, stderr := l.cmd, l.done, &l.stdout, &l.stderr
 	const victim = 2
 	joined := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] # rank \d+/\d+ joined at iteration (\d+)`, victim))
 	await := func(what string, ok func() bool) {
@@ -418,6 +397,41 @@ func launchedWorker(t *testing.T, launch, i int) int {
 		}
 	}
 	return 0
+}
+
+// launched is a gyre launch process under test: its output, and its
+// end on done.
+type launched struct {
+	cmd            *exec.Cmd
+	stdout, stderr transporttest.LogBuffer
+	done           chan error
+}
+
+// startLaunch starts the gyre command with args (launch's), killed when
+// the test ends.
+func startLaunch(t *testing.T, args ...string) *launched {
+	t.Helper()
+	l := &launched{cmd: exec.Command(gyretest.Gyre(t), args...), done: make(chan error, 1)}
+	l.cmd.Stdout, l.cmd.Stderr = &l.stdout, &l.stderr
+	if err := l.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { l.done <- l.cmd.Wait() }()
+	t.Cleanup(func() { l.cmd.Process.Kill() })
+	return l
+}
+
+// launchRow is rank 0's progress row under launch's prefix.
+var launchRow = regexp.MustCompile(`(?m)^\[0\] +\d+ +[0-9.]+ +[0-9.]+%`)
+
+// awaitRow waits up to 30 s for the job's first progress row.
+func (l *launched) awaitRow(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !launchRow.MatchString(l.stdout.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress row within 30 s:\n%s\n%s", l.stdout.String(), l.stderr.String())
+		}
+	}
 }
 
 // children lists pid's child processes, oldest first.
@@ -514,22 +528,9 @@ func TestSIGTERMEndsAQuorumWait(t *testing.T) {
 // by hand (--join-timeout, 5 minutes) it took 5 minutes.
 func TestLaunchEndsAJobWithoutQuorum(t *testing.T) {
 	longOnly(t)
-	gyre := gyretest.Gyre(t)
-	cmd := exec.Command(gyre, "launch", "-n", "2", "--", "train", "--iters", "1000000", "--target-acc", "0")
-	var stdout, stderr transporttest.LogBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	row := regexp.MustCompile(`(?m)^\[0\] +\d+ +[0-9.]+ +[0-9.]+%`)
-	for deadline := time.Now().Add(30 * time.Second); !row.MatchString(stdout.String()); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress row within 30 s:\n%s\n%s", stdout.String(), stderr.String())
-		}
-	}
+	l := startLaunch(t, "launch", "-n", "2", "--", "train", "--iters", "1000000", "--target-acc", "0")
+	cmd, done, stdout, stderr := l.cmd, l.done, &l.stdout, &l.stderr
+	l.awaitRow(t)
 	kids := children(t, cmd.Process.Pid)
 	if len(kids) != 2 {
 		t.Fatalf("launch has %d children, want 2", len(kids))

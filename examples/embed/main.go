@@ -82,8 +82,11 @@ func main() {
 			sum := []float64{loss}
 			if err := w.Reduce(ctx, gyre.ReduceSum, sum); err != nil {
 				log.Print(err) // a lost worker: Boundary recovers
-			} else if w.Rank() == 0 {
-				fmt.Printf("iter %d loss %.5f\n", b.Iter+1, sum[0]/float64(b.Global))
+			} else {
+				w.ReportLoss(sum[0] / float64(b.Global)) // for gyre status
+				if w.Rank() == 0 {
+					fmt.Printf("iter %d loss %.5f\n", b.Iter+1, sum[0]/float64(b.Global))
+				}
 			}
 		}
 		for j := range weights {
