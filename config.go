@@ -254,9 +254,12 @@ type Config struct {
 	// QuorumTimeout is how long a worker that lost touch with a majority
 	// of its view waits, in Boundary, for the majority to come back or
 	// to take it in, before Boundary fails with ErrNoQuorum. Gossip views
-	// only: a static view fails at the first lost peer. Default:
-	// JoinTimeout; under gyre launch (Launcher) LaunchQuorumWaits times
-	// PeerTimeout, 10 s by default.
+	// only: a static view fails at the first lost peer. A worker that
+	// still hears a majority (their heartbeats) when it passes is not cut
+	// off: its members are late to the rounds, and it waits for them up
+	// to JoinTimeout from the failure. Default: JoinTimeout; under gyre
+	// launch (Launcher) LaunchQuorumWaits times PeerTimeout, 10 s by
+	// default.
 	QuorumTimeout time.Duration
 	// Launcher says what started this worker: "launch" (LauncherLaunch)
 	// when gyre launch did, which sets GYRE_LAUNCHER; else empty. Launch

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestSecondWriterOfAFileIsRefused(t *testing.T) {
 	gyre := gyretest.Gyre(t)
 	dir := t.TempDir()
 	metrics, timeline := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "t.json")
-	args := []string{"train", "--iters", "1000", "--target-acc", "0", "--metrics-file", metrics, "--timeline", timeline}
+	args := []string{"train", "--iters", "1000000", "--target-acc", "0", "--metrics-file", metrics, "--timeline", timeline}
 	first := exec.Command(gyre, args...)
 	var out1, err1 transporttest.LogBuffer
 	first.Stdout, first.Stderr = &out1, &err1
@@ -51,6 +52,10 @@ func TestSecondWriterOfAFileIsRefused(t *testing.T) {
 		}
 		t.Logf("%s", lastLine(stderr.String()))
 	}
+	// The first leaves at its next boundary, its files whole.
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := first.Wait(); err != nil {
 		t.Fatalf("the first worker: %v\n%s", err, err1.String())
 	}
@@ -65,8 +70,8 @@ func TestSecondWriterOfAFileIsRefused(t *testing.T) {
 			t.Fatalf("metrics line %d does not parse: %q", lines+1, sc.Text())
 		}
 	}
-	if lines != 1000 {
-		t.Fatalf("the metrics file has %d lines, want 1000", lines)
+	if lines == 0 {
+		t.Fatal("the first worker's metrics file is empty")
 	}
 	b, err := os.ReadFile(timeline)
 	if err != nil || !json.Valid(b) {

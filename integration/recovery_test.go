@@ -332,12 +332,18 @@ func testLaunchRestarts(t *testing.T, restarts, iters, finish int) {
 		await(fmt.Sprintf("[%d] in the job, start %d", victim, k), func() bool { return len(joined.FindAllString(stdout.String(), -1)) >= k })
 		time.Sleep(time.Second) // mid-run, past the new view's link probes
 		pid := launchedWorker(t, cmd.Process.Pid, victim)
+		if pid <= 0 { // never kill(0): that is the test's own process group
+			t.Fatalf("no worker [%d] to kill:\n%s\n%s", victim, stdout.String(), stderr.String())
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("killed [%d] (pid %d), start %d", victim, pid, k)
 		if k <= restarts {
-			await(fmt.Sprintf("[%d] started again", victim), func() bool { return launchedWorker(t, cmd.Process.Pid, victim) != pid })
+			await(fmt.Sprintf("[%d] started again", victim), func() bool {
+				again := launchedWorker(t, cmd.Process.Pid, victim)
+				return again > 0 && again != pid
+			})
 		}
 	}
 	var err error

@@ -132,6 +132,11 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
 		}
 	}
+	if len(b) > MaxMeta && m.Status.Global != 0 {
+		// The status is for people (gyre status); the rest is needed.
+		m.Status = Status{}
+		return m.MarshalBinary()
+	}
 	if len(b) > MaxMeta {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMeta, len(b), MaxMeta)
 	}
@@ -183,9 +188,8 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 		s.Loss = math.Float32frombits(binary.LittleEndian.Uint32(rest[17:]))
 		rest = rest[statusSize:]
 	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: %d bytes after the last field", ErrMeta, len(rest))
-	}
+	// Bytes after the last field are a later version's fields: skipped,
+	// as the fields above are zero in an earlier encoding.
 	*m = out
 	return nil
 }

@@ -43,8 +43,8 @@ func TestMetaRoundTrip(t *testing.T) {
 			t.Fatalf("%d of %d bytes decoded: %v", n, len(b), err)
 		}
 	}
-	if err := got.UnmarshalBinary(append(b, 0)); !errors.Is(err, ErrMeta) {
-		t.Fatalf("a byte after the status decoded: %v", err)
+	if err := got.UnmarshalBinary(append(b, 7, 7)); err != nil || got != m {
+		t.Fatalf("a later version's fields after the status: %+v, %v; want them skipped", got, err)
 	}
 	b[0] = 2
 	if err := got.UnmarshalBinary(b); !errors.Is(err, ErrMeta) || !strings.Contains(err.Error(), "version 2") {
@@ -59,6 +59,14 @@ func TestMetaLimits(t *testing.T) {
 	big := Meta{DataAddr: strings.Repeat("a", 255), Job: strings.Repeat("j", 255), Device: strings.Repeat("d", 255)}
 	if _, err := big.MarshalBinary(); !errors.Is(err, ErrMeta) {
 		t.Fatalf("metadata over %d bytes: %v", MaxMeta, err)
+	}
+	// A status that would not fit is left out; the rest stays.
+	full := Meta{DataAddr: strings.Repeat("a", 200), Job: strings.Repeat("j", 200), Lead: strings.Repeat("l", 80),
+		Status: Status{Share: 1, Global: 2}}
+	b, err := full.MarshalBinary()
+	var got Meta
+	if err != nil || got.UnmarshalBinary(b) != nil || got.Status != (Status{}) || got.Lead != full.Lead {
+		t.Fatalf("a status past %d bytes: %v, decoded %+v", MaxMeta, err, got)
 	}
 }
 

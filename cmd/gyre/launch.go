@@ -20,6 +20,7 @@ import (
 
 	"github.com/gyre-ml/gyre"
 	"github.com/gyre-ml/gyre/internal/launch"
+	"github.com/gyre-ml/gyre/internal/ownfile"
 	"github.com/gyre-ml/gyre/internal/prof"
 	"github.com/gyre-ml/gyre/internal/progress"
 	"github.com/gyre-ml/gyre/internal/secret"
@@ -32,6 +33,9 @@ var launchSets = []string{
 	gyre.EnvTransport, gyre.EnvInsecure, gyre.EnvStripes, gyre.EnvSharedMemory, gyre.EnvKeyFile, gyre.EnvKey,
 	gyre.EnvName, gyre.EnvAdvertise, gyre.EnvSeed, gyre.EnvListen, gyre.EnvMinWorkers,
 	gyre.EnvGossipTiming, gyre.EnvLauncher, gyre.EnvLogLevel, gyre.EnvLogFormat,
+	// Per-worker outputs: launch's --timeline and --metrics-addr give each
+	// worker its own; an inherited one would be every worker's.
+	gyre.EnvTimeline, gyre.EnvMetricsAddr,
 	prof.EnvCPU, prof.EnvBlock, prof.EnvTrace,
 }
 
@@ -60,9 +64,10 @@ func newLaunchCmd(c *cli) *cobra.Command {
 			"on without it: the runtime recovers from a lost worker. The job ends\n" +
 			"when every worker has exited, or when one exits with status 75 (no\n" +
 			"quorum: it lost touch with a majority of its view; under launch it\n" +
-			"waits 5 × --peer-timeout for it, 10 s, not 5 minutes); then those still\n" +
-			"running get SIGTERM, which makes gyre train leave at its next\n" +
-			"boundary, and SIGKILL after --grace. Ctrl-C stops the job the same way.\n" +
+			"waits 5 × --peer-timeout for it, 10 s by default, not 5 minutes); then\n" +
+			"those still running get SIGTERM, which makes gyre train leave at its\n" +
+			"next boundary, and SIGKILL after --grace. Ctrl-C stops the job the same\n" +
+			"way.\n" +
 			"--max-restarts K starts a lost worker again, up to K times, and it\n" +
 			"rejoins the running job as a new member (a 2-worker job cannot keep\n" +
 			"its majority through a crash, restarts or not).\n\n" +
@@ -141,6 +146,10 @@ func (c *cli) launchJob(cmd *cobra.Command, j launchJob, argv []string) error {
 		return fmt.Errorf("--max-restarts %d: want 0 or more", j.restarts)
 	case j.restarts > 0 && j.static:
 		return errors.New("--max-restarts with --static: a static view fails at its first lost worker and takes no one back; drop --static to have lost workers started again")
+	case j.restarts > 0 && j.n == 1:
+		return errors.New("--max-restarts with -n 1: a worker started again rejoins the running workers, and a lone one has none; its job is over when it fails")
+	case j.restarts > 0 && j.n == 2:
+		fmt.Fprintln(cmd.ErrOrStderr(), "gyre launch: --max-restarts with 2 workers: a crash leaves the other without a majority, and the job ends (status 75) whatever the restarts")
 	}
 	base := gyre.Config{Transport: j.transport, Insecure: j.insecure, Stripes: j.stripes, SharedMemory: j.shm, KeyFile: j.keyFile}
 	var ephemeral *secret.Secret
@@ -431,8 +440,8 @@ func sharedOutput(args []string) error {
 			}
 			value = args[k+1]
 		}
-		if strings.Contains(value, "{i}") {
-			continue
+		if strings.Contains(value, launch.IndexPlaceholder) || !ownfile.Regular(value) {
+			continue // each its own, or a device (/dev/null) that many may write
 		}
 		if hint != "" {
 			hint = "; " + hint

@@ -383,6 +383,7 @@ func TestLaunchRefusesBadRestarts(t *testing.T) {
 	}{
 		{[]string{"--max-restarts", "-1"}, "--max-restarts -1: want 0 or more"},
 		{[]string{"--max-restarts", "2", "--static"}, "--max-restarts with --static"},
+		{[]string{"--max-restarts", "2", "-n", "1"}, "--max-restarts with -n 1"},
 	} {
 		lines, stderr, err := launchLines(t, nil, append(append([]string{"-n", "2"}, tc.args...), "--", "sh", "-c", "echo worker-ran")...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(strings.Join(lines, "\n"), "worker-ran") {

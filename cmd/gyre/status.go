@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,12 +180,13 @@ func oneJob(name string, members []membership.Member) jobStatus {
 	return js
 }
 
-// lossOf is a status's loss, nil if its trainer reports none.
+// lossOf is a status's loss, nil if its trainer reports none, or one
+// JSON cannot carry (NaN or infinite: a diverged job).
 func lossOf(st membership.Status) *float64 {
-	if !st.HasLoss || st.Global == 0 {
+	l := float64(st.Loss)
+	if !st.HasLoss || st.Global == 0 || math.IsNaN(l) || math.IsInf(l, 0) {
 		return nil
 	}
-	l := float64(st.Loss)
 	return &l
 }
 

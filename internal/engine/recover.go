@@ -28,9 +28,10 @@ import (
 // recoverView runs recovery after a failure that lost a peer: it rolls
 // this worker back to its commit, takes part in rounds until it installs
 // a view and holds the winning commit, and returns the Change that says
-// so, with Redo set. It gives up with ErrNoQuorum after QuorumTimeout,
-// or at once when asked to leave (RequestLeave) while it hears no
-// majority; with one, it recovers and leaves at the next boundary.
+// so, with Redo set. It gives up with ErrNoQuorum after QuorumTimeout if
+// it then hears no majority of its view (else after JoinTimeout in all),
+// or at once when asked to leave (RequestLeave) while it hears none; with
+// one, it recovers and leaves at the next boundary.
 //
 // late are members a boundary's table found late past CollectiveTimeout:
 // this recovery counts them gone, though their heartbeats come.
@@ -121,6 +122,13 @@ func (e *Engine) recoverView(ctx context.Context, cause error, late []transport.
 		case <-e.life.Done():
 			return Change{}, errs.Closed
 		case <-quorum.C:
+			// A worker that hears a majority is not cut off from it: its
+			// members are late to the rounds (a long step, an eval, a
+			// checkpoint), and it waits for them, up to JoinTimeout in all.
+			if left := e.cfg.JoinTimeout - time.Since(start); left > 0 && rc.HearsMajority(inst) {
+				quorum.Reset(min(e.cfg.QuorumTimeout, left))
+				continue
+			}
 			return Change{}, rc.NoQuorum(inst, e.cfg.QuorumTimeout, cause)
 		}
 		if roundAt.IsZero() && rc.Rank.Recovering() {
@@ -291,7 +299,11 @@ func silentCause(ctx context.Context, err error) error {
 // worker and an ended context. A link abandoned after a failed send
 // (ErrNotConnected) is a lost peer's too.
 func (e *Engine) recoverOr(ctx context.Context, err error) (Change, error) {
-	if e.rec == nil || e.closed.Load() || ctx.Err() != nil || !(lostPeer(err) || errors.Is(err, ring.ErrTimeout)) {
+	// An abort marker in a vote or a new view's setup (its link probes)
+	// comes from a member that saw the view fail, as a joiner whose watch
+	// found a member silent does: the view failed here too.
+	failed := lostPeer(err) || errors.Is(err, ring.ErrTimeout) || errors.Is(err, ring.ErrAborted)
+	if e.rec == nil || e.closed.Load() || ctx.Err() != nil || !failed {
 		return Change{}, err
 	}
 	return e.recoverView(ctx, err, nil)

@@ -29,8 +29,10 @@ import (
 
 // ProtocolVersion is the protocol in node metadata: workers that speak
 // another are never admitted. Version 2 added the admission handshake,
-// 3 the cores in the link probes' table, 4 the machines' boot ids in it.
-const ProtocolVersion = 4
+// 3 the cores in the link probes' table, 4 the machines' boot ids in it,
+// 5 the job's status in the metadata (membership.Status), which nodes of
+// 4 cannot read.
+const ProtocolVersion = 5
 
 // seedQuiet is how long a joiner that no seed answers waits before it
 // warns, and seedWarnEvery how often it warns again.

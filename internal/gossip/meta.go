@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -56,7 +57,11 @@ func (p *metaPublisher) run() {
 		m := p.latest
 		p.mu.Unlock()
 		if err := p.node.UpdateMeta(*m, 2*time.Second); err != nil {
-			p.log.Debug().Err(err).Msg("gossiping metadata")
+			ev := p.log.Debug() // a broadcast that timed out goes out later
+			if errors.Is(err, membership.ErrMeta) {
+				ev = p.log.Warn() // it never will: the others see stale metadata
+			}
+			ev.Err(err).Msg("gossiping metadata")
 		}
 	}
 }

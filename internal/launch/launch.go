@@ -299,7 +299,8 @@ func Run(ctx context.Context, o Options) error {
 		// Whole writes, so that lines from different workers never interleave.
 		stdout: syncio.NewWriter(o.Stdout), stderr: syncio.NewWriter(o.Stderr),
 		latest: make([]*rank, o.N), restarts: make([]int, o.N),
-		exits: make(chan *rank, o.N*(o.MaxRestarts+1)), due: make(chan int, o.N),
+		// At most N processes run at once, each sending its exit once.
+		exits: make(chan *rank, o.N), due: make(chan int, o.N),
 	}
 	defer j.waiters.Wait()
 	defer j.stopTimers()
@@ -453,7 +454,10 @@ func (j *job) restart(rk *rank, finished int) bool {
 		j.say("%v%s; %s", x, lastError(x), why)
 		return false
 	}
-	wait := min(o.Backoff<<j.restarts[i], o.MaxBackoff)
+	wait := o.MaxBackoff
+	if j.restarts[i] < 20 { // past it, the doubling has long reached the bound
+		wait = min(o.Backoff<<j.restarts[i], o.MaxBackoff)
+	}
 	j.restarts[i]++
 	j.say("%v%s; starting it again in %v (restart %d of %d)", x, lastError(x), wait, j.restarts[i], o.MaxRestarts)
 	j.timers = append(j.timers, time.AfterFunc(wait, func() { j.due <- i }))

@@ -455,9 +455,13 @@ func TestRunRestartsAFailedWorker(t *testing.T) {
 func TestRunGivesUpAfterMaxRestarts(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
+	// [0] finishes only once [1]'s second process has exited, and launch
+	// has had time to take its exit.
 	script := starts + `case $RANK in
-	0) until [ "$(cat "$DIR/starts-1" 2>/dev/null)" = 2 ]; do sleep 0.02; done; sleep 0.3; echo "done 0" ;;
-	1) echo "Error: failure $N" >&2; exit 3 ;;
+	0) until [ "$(cat "$DIR/starts-1" 2>/dev/null)" = 2 ] && [ -e "$DIR/pid-1" ]; do sleep 0.02; done
+	   while kill -0 "$(cat "$DIR/pid-1")" 2>/dev/null; do sleep 0.02; done; sleep 0.5; echo "done 0" ;;
+	1) if [ $N = 2 ]; then echo $$ > "$DIR/pid-1.tmp"; mv "$DIR/pid-1.tmp" "$DIR/pid-1"; fi
+	   echo "Error: failure $N" >&2; exit 3 ;;
 	esac`
 	_, stderr, err := runSh(t, 2, script, restarting(dir, 1))
 	var lost *LostError
@@ -484,7 +488,11 @@ func TestRunRestartsNoneWhenTheJobEnds(t *testing.T) {
 		}
 	})
 	t.Run("finished", func(t *testing.T) {
-		_, stderr, err := runSh(t, 2, `if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi`, restarting(t.TempDir(), 3))
+		// [1] fails once [0] has finished.
+		script := `if [ $RANK = 0 ]; then echo $$ > "$DIR/pid-0.tmp"; mv "$DIR/pid-0.tmp" "$DIR/pid-0"; exit 0; fi
+		until [ -e "$DIR/pid-0" ]; do sleep 0.02; done
+		while kill -0 "$(cat "$DIR/pid-0")" 2>/dev/null; do sleep 0.02; done; sleep 0.5; exit 3`
+		_, stderr, err := runSh(t, 2, script, restarting(t.TempDir(), 3))
 		var lost *LostError
 		if !errors.As(err, &lost) || len(lost.Lost) != 1 || lost.Lost[0].Index != 1 {
 			t.Fatalf("Run = %v, want the job finished without worker [1]", err)

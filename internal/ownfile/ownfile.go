@@ -21,6 +21,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Regular reports whether path names a regular file, or nothing yet: a
+// file Create would lock.
+func Regular(path string) bool {
+	fi, err := os.Stat(path)
+	return err != nil || fi.Mode().IsRegular()
+}
+
+func regular(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // HeldError reports a file that another process is writing.
 type HeldError struct {
 	Path string
@@ -38,15 +50,19 @@ func (e *HeldError) Error() string {
 
 // Create opens path for writing by this process alone, creating it if
 // needed, and truncates it once the lock is held. A file another process
-// holds fails with a *HeldError, and is left as it was.
+// holds fails with a *HeldError, and is left as it was. A path that is
+// not a regular file (/dev/stdout, /dev/null, a FIFO) is opened as it is,
+// neither locked nor truncated: its writers are the user's to arrange.
 func Create(path string) (*os.File, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return nil, err
+	if regular(f) {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -57,6 +73,9 @@ func Open(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, err
+	}
+	if !regular(f) {
+		return f, nil
 	}
 	whole := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0}
 	err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &whole)

@@ -107,3 +107,18 @@ func TestOpenKeepsTheFile(t *testing.T) {
 		t.Fatal("Open of a path in a missing directory succeeded")
 	}
 }
+
+// TestDevicesAreNotLocked: a path that is not a regular file opens as it
+// is, however many processes write it.
+func TestDevicesAreNotLocked(t *testing.T) {
+	for _, open := range []func(string) (*os.File, error){Create, Open} {
+		f, err := open(os.DevNull)
+		if err != nil {
+			t.Fatalf("%s: %v", os.DevNull, err)
+		}
+		f.Close()
+	}
+	if Regular(os.DevNull) || !Regular(filepath.Join(t.TempDir(), "new")) {
+		t.Fatal("Regular: /dev/null is not a regular file, and a new path would be")
+	}
+}
