@@ -186,10 +186,9 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 		s.Rate = math.Float32frombits(binary.LittleEndian.Uint32(rest[9:]))
 		s.JobRate = math.Float32frombits(binary.LittleEndian.Uint32(rest[13:]))
 		s.Loss = math.Float32frombits(binary.LittleEndian.Uint32(rest[17:]))
-		rest = rest[statusSize:]
+		// Bytes after it are a later version's fields: skipped, as the
+		// fields above are zero in an earlier encoding.
 	}
-	// Bytes after the last field are a later version's fields: skipped,
-	// as the fields above are zero in an earlier encoding.
 	*m = out
 	return nil
 }
