@@ -322,11 +322,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	switch {
 	case out.noQuorum != nil:
-		return failure(out.failed, out.noQuorum, true, stopped)
+		return failure(out.all(), out.noQuorum, true, stopped)
 	case len(out.failed) == 0:
 		return err
 	case err != nil || out.finished == 0:
-		return failure(out.failed, out.failed[0], false, stopped)
+		return failure(out.all(), out.failed[0], false, stopped)
 	}
 	lost := &LostError{N: o.N}
 	for _, rk := range out.failed {
@@ -370,14 +370,19 @@ func waitFirst(ctx context.Context, o Options, first *rank) {
 
 // outcome is what wait saw of the workers' exits.
 type outcome struct {
-	// failed are the workers that failed, in the order they exited.
-	failed []*rank
+	// failed are the workers that failed and were not started again, in
+	// the order they exited; crashes those that were, also in order: a
+	// failed job's error names them too.
+	failed, crashes []*rank
 	// noQuorum is the worker that exited with the no-quorum status, if
 	// one did; it is also in failed.
 	noQuorum *rank
 	// finished counts the workers that exited 0.
 	finished int
 }
+
+// all are the failures, those started again first.
+func (out outcome) all() []*rank { return append(slices.Clone(out.crashes), out.failed...) }
 
 // wait collects the workers' exits until every worker has exited and
 // none is due a restart, one exits with the no-quorum status, or ctx ends
@@ -403,6 +408,7 @@ func (j *job) wait(ctx context.Context) (outcome, error) {
 				return out, nil
 			}
 			if j.restart(rk, out.finished) {
+				out.crashes = append(out.crashes, rk)
 				pending++
 				continue
 			}

@@ -515,3 +515,20 @@ func TestRunGivesEachWorkerItsIndex(t *testing.T) {
 		t.Fatalf("stdout %q", got)
 	}
 }
+
+// TestRunNamesACrashThatWasRestarted: a worker that failed and was
+// started again is still named in the error of a job that then ends, here
+// by another's no quorum.
+func TestRunNamesACrashThatWasRestarted(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	script := starts + `case $RANK in
+	0) until [ "$(cat "$DIR/starts-1" 2>/dev/null)" = 2 ]; do sleep 0.02; done; exit 75 ;;
+	1) if [ $N = 1 ]; then exit 3; fi; sleep 30 ;;
+	esac`
+	_, _, err := runSh(t, 2, script, restarting(dir, 1))
+	var re *RankError
+	if !errors.As(err, &re) || !re.NoQuorum || re.Index != 0 || len(re.Lost) != 1 || re.Lost[0].Index != 1 || re.Lost[0].Code != 3 {
+		t.Fatalf("Run = %v, want [0]'s no quorum with [1]'s crash (status 3) lost before", err)
+	}
+}
