@@ -63,7 +63,11 @@ func TestLossBeforeIterationZero(t *testing.T) {
 // started a second job, which the new worker joined.
 func TestSeedRestartedByItsOwnCommand(t *testing.T) {
 	longOnly(t)
-	const iters = 3000
+	// Long enough to outlast gossip's memory of the seed's previous
+	// incarnation: a seed restarted without seeds learns of it from the
+	// members that rejoin it, and until it refutes it (here up to 15 s)
+	// they read its old metadata and do not see it pending.
+	const iters = 6000
 	for _, min := range []int{1, 3} {
 		t.Run(fmt.Sprint("min-workers=", min), func(t *testing.T) {
 			p := startSeed(t, min, shortTrainArgv(gyretest.Gyre(t), iters), gyretest.Key(t))
