@@ -433,8 +433,9 @@ func (e *Engine) forgetDeparted() {
 }
 
 // admitted waits for a welcome and enters the view it describes. A
-// member lost while this worker enters the view sends it back to
-// pending: the members recover without it, and admit it later.
+// member lost while this worker enters the view, or one that aborted its
+// setup, sends it back to pending: the members recover without it, and
+// admit it later.
 func (e *Engine) admitted(ctx context.Context, start time.Time, startIfGone bool) (gossip.Welcome, error) {
 	for {
 		wel, err := e.awaitWelcome(ctx, startIfGone)
@@ -442,7 +443,9 @@ func (e *Engine) admitted(ctx context.Context, start time.Time, startIfGone bool
 			return wel, err
 		}
 		err = e.enterView(ctx, wel, start)
-		if err == nil || !lostPeer(err) || ctx.Err() != nil {
+		// A member that aborted the view's setup (its probes' watch found
+		// another silent) saw it fail, as a lost member says.
+		if err == nil || !(lostPeer(err) || errors.Is(err, ring.ErrAborted)) || ctx.Err() != nil {
 			return wel, err
 		}
 		e.log.Warn().Err(err).Msg("a member was lost while this worker was being admitted; pending again")
