@@ -114,6 +114,13 @@ func New(cfg Config) (*Transport, error) {
 		// cost no handshake.
 		VerifySourceAddress: func(net.Addr) bool { return t.handshaking.Load() > maxHandshakes/2 },
 	}
+	t.ln, err = t.qt.Listen(t.serverTLS(), cfg.quicConfig(false))
+	if err != nil {
+		t.cancel()
+		t.qt.Close()
+		udp.Close()
+		return nil, fmt.Errorf("quic: listen: %w", err)
+	}
 	t.core, err = streams.New(streams.Config{
 		ID:      cfg.ID,
 		Limits:  cfg.Limits,
@@ -126,29 +133,15 @@ func New(cfg Config) (*Transport, error) {
 	})
 	if err != nil {
 		t.cancel()
+		t.ln.Close()
 		t.qt.Close()
 		udp.Close()
 		return nil, fmt.Errorf("quic: %w", err)
 	}
-	// The shared-memory socket is up before any QUIC handshake can
-	// complete: a co-located peer whose first dial found no socket (this
-	// process had not started) tries it again once the network answers
-	// (shm.Or), and must find it then.
 	if cfg.SharedMemory {
 		t.shm = shm.Beside(shm.Config{ID: cfg.ID, Identity: cfg.Identity, Kind: "quic",
 			Port: udp.LocalAddr().(*net.UDPAddr).Port, Accept: t.core.Accept, Refused: t.refusals.Add, Flood: t.flood,
 			HandshakeTimeout: cfg.HandshakeTimeout, Logger: log})
-	}
-	t.ln, err = t.qt.Listen(t.serverTLS(), cfg.quicConfig(false))
-	if err != nil {
-		t.cancel()
-		if t.shm != nil {
-			t.shm.Close()
-		}
-		t.core.Close()
-		t.qt.Close()
-		udp.Close()
-		return nil, fmt.Errorf("quic: listen: %w", err)
 	}
 	t.wg.Go(t.acceptLoop)
 	log.Debug().Str("addr", t.Addr()).Int("stripes", cfg.Stripes).Bool("shared_memory", t.shm != nil).Msg("listening")

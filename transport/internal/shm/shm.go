@@ -81,32 +81,15 @@ func SocketName(kind string, port int, id transport.PeerID) string {
 
 // Or returns a DialFunc that makes a Link over shared memory when local
 // is set and the peer is on this machine, and over network otherwise.
-//
-// A peer on this machine that has not started yet has no socket either,
-// yet the network dial may succeed (QUIC retries its handshake until the
-// peer is up). Once the network answers, the peer's socket is up if it is
-// here (its transport opens it before it answers), so Or looks again and
-// prefers it. Workers of a job start at about the same time: a link left
-// on the network would not only be slower, it would hide the peer's crash
-// until its silence showed, where a socket ends at once.
 func Or(local func() *Local, network streams.DialFunc) streams.DialFunc {
 	return func(ctx context.Context, peer transport.PeerID, addr string) (streams.Link, error) {
-		l := local()
-		if l != nil {
+		if l := local(); l != nil {
 			lk, err := l.Dial(ctx, peer, addr)
 			if !errors.Is(err, ErrNotLocal) {
 				return lk, err
 			}
 		}
-		nl, err := network(ctx, peer, addr)
-		if err != nil || l == nil {
-			return nl, err
-		}
-		if lk, err := l.Dial(ctx, peer, addr); err == nil {
-			nl.Close()
-			return lk, nil
-		}
-		return nl, nil // not on this machine, or its socket failed: the network link works
+		return network(ctx, peer, addr)
 	}
 }
 
