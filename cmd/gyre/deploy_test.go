@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -231,9 +234,15 @@ func TestKubernetesManifests(t *testing.T) {
 }
 
 // TestSlurmScript checks deploy/slurm: the batch script runs one task per
-// node, each the worker script, and the flags the worker script passes
-// to gyre train, with its variables filled in, are those gyre train
-// --help lists and make a valid worker config.
+// node, each the worker script with the batch script's arguments. The
+// worker script is run, with fakes of scontrol, getent and gyre, in the
+// environment Slurm 22.05 gives the batch job's step and in the one it
+// gives a step started later inside the job (`srun --jobid J --overlap
+// -N1 -w n2`, docs/deploy.md's restart), as read off a real Slurm. Both
+// must pass gyre train every node as a seed and the allocation's node
+// count, and the flags must be those gyre train --help lists and make a
+// valid worker config. A worker that exits 0 leaves the marker the batch
+// script reads; one that fails leaves none and passes on its status.
 func TestSlurmScript(t *testing.T) {
 	batch, err := os.ReadFile(filepath.Join(deploySlurm, "gyre.sbatch"))
 	if err != nil {
@@ -242,47 +251,100 @@ func TestSlurmScript(t *testing.T) {
 	if !strings.Contains(string(batch), "#SBATCH --ntasks-per-node=1") {
 		t.Error("gyre.sbatch does not ask for one task per node: workers on one node would bind the same ports")
 	}
-	if !regexp.MustCompile(`(?m)^\s*deploy/slurm/gyre-worker\.sh\s*$`).Match(batch) {
-		t.Error("gyre.sbatch does not run deploy/slurm/gyre-worker.sh")
+	if !regexp.MustCompile(`(?m)^\s*deploy/slurm/gyre-worker\.sh "\$@"`).Match(batch) {
+		t.Error(`gyre.sbatch does not run deploy/slurm/gyre-worker.sh "$@"`)
 	}
-	b, err := os.ReadFile(filepath.Join(deploySlurm, "gyre-worker.sh"))
+	script, err := filepath.Abs(filepath.Join(deploySlurm, "gyre-worker.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := string(b)
-	// The command: from "exec gyre train" over its continued lines.
-	var cmd []string
-	in := false
-	for _, line := range strings.Split(script, "\n") {
-		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "exec gyre train") {
-			in = true
-			line = strings.TrimPrefix(line, "exec gyre train")
-		}
-		if !in {
-			continue
-		}
-		cmd = append(cmd, strings.Fields(strings.TrimSuffix(line, "\\"))...)
-		if !strings.HasSuffix(line, "\\") {
-			break
+	bin := t.TempDir()
+	fakes := map[string]string{
+		// scontrol show hostnames n[1-3]
+		"scontrol": `[ "$1 $2" = "show hostnames" ] || exit 9
+case "$3" in
+*\[*) p=${3%%[*}; r=${3#*[}; r=${r%]}; for i in $(seq "${r%-*}" "${r#*-}"); do echo "$p$i"; done ;;
+*) echo "$3" ;;
+esac`,
+		"getent": `[ "$1 $2" = "ahostsv4 n2" ] && echo "10.0.0.2        STREAM n2"`,
+		// FAKE_GYRE_WAIT: run until SIGTERM, then leave (exit 0), as gyre does.
+		"gyre": `if [ -n "${FAKE_GYRE_WAIT:-}" ]; then trap 'exit 0' TERM; sleep 60 & fi
+printf '%s\n' "$@" >gyre.args.tmp && mv gyre.args.tmp gyre.args
+wait
+exit "${FAKE_GYRE_EXIT:-0}"`,
+	}
+	for name, body := range fakes {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(cmd) == 0 {
-		t.Fatal("gyre-worker.sh runs no `exec gyre train`")
+	steps := map[string][]string{
+		"batch step": {"SLURM_JOB_NODELIST=n[1-3]", "SLURM_NODELIST=n[1-3]", "SLURM_JOB_NUM_NODES=3", "SLURM_NNODES=3"},
+		"restart":    {"SLURM_JOB_NODELIST=n2", "SLURM_NODELIST=n[1-3]", "SLURM_NNODES=1", "SLURM_STEP_NODELIST=n2"},
 	}
-	vars := map[string]string{"addr": "10.0.0.1", "GOSSIP_PORT": "7946", "seeds": "node1:7946,node2:7946", "SLURM_JOB_NUM_NODES": "2"}
-	for i, a := range cmd {
-		cmd[i] = os.Expand(strings.Trim(a, `"`), func(name string) string {
-			v, ok := vars[name]
-			if !ok {
-				t.Errorf("the command uses $%s, which this test does not know", name)
+	for name, env := range steps {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(script, "--iters", "500")
+			cmd.Dir = dir
+			cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "SLURM_JOB_ID=42", "SLURMD_NODENAME=n2"}, env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("gyre-worker.sh: %v\n%s", err, out)
 			}
-			return v
+			b, err := os.ReadFile(filepath.Join(dir, "gyre.args"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := strings.Fields(string(b))
+			flags := checkTrainArgs(t, "deploy/slurm/gyre-worker.sh", args)
+			if want := "n1:7946,n2:7946,n3:7946"; flags["--seed"] != want || flags["--min-workers"] != "3" || flags["--listen"] != "10.0.0.2:7946" {
+				t.Errorf("--seed %q --min-workers %q --listen %q: want every node (%s), their count (3) and the node's address",
+					flags["--seed"], flags["--min-workers"], flags["--listen"], want)
+			}
+			if args[len(args)-2] != "--iters" || args[len(args)-1] != "500" {
+				t.Errorf("the script's arguments are not passed last, to override its own: %q", args)
+			}
+			if _, err := os.Stat(filepath.Join(dir, ".gyre-finished-42")); err != nil {
+				t.Errorf("a worker that exited 0 left no marker for gyre.sbatch: %v", err)
+			}
 		})
 	}
-	flags := checkTrainArgs(t, "deploy/slurm/gyre-worker.sh", append([]string{"train"}, cmd...))
-	if flags["--seed"] != vars["seeds"] || flags["--min-workers"] != vars["SLURM_JOB_NUM_NODES"] {
-		t.Errorf("--seed %q --min-workers %q: want every node's address and the job's node count", flags["--seed"], flags["--min-workers"])
+	dir := t.TempDir()
+	cmd := exec.Command(script)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "SLURM_JOB_ID=42", "SLURMD_NODENAME=n2", "FAKE_GYRE_EXIT=75"}, steps["restart"]...)
+	var exit *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 75 {
+		t.Errorf("gyre-worker.sh of a worker that exits 75: %v, want exit status 75", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".gyre-finished-42")); err == nil {
+		t.Error("a worker that failed left the marker of a finished job")
+	}
+
+	// Slurm's SIGTERM (scancel) reaches the script: the worker leaves,
+	// exits 0, and leaves no marker, as it did not finish the job.
+	dir = t.TempDir()
+	cmd = exec.Command(script)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "SLURM_JOB_ID=42", "SLURMD_NODENAME=n2", "FAKE_GYRE_WAIT=1"}, steps["restart"]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "gyre.args")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the fake gyre did not start within 10 s")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("gyre-worker.sh asked to leave: %v, want exit status 0 (the worker left)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".gyre-finished-42")); err == nil {
+		t.Error("a worker asked to leave left the marker of a finished job")
 	}
 }
 
