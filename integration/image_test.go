@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gyre-ml/gyre/gyretest"
+)
+
+// TestContainerImage builds the project's Dockerfile with podman
+// (deploy/image/testbed.sh makes its base images, as no registry is
+// reachable here), then runs its image as docs/deploy.md has it: one
+// container per host on 3 namespace hosts, each on its host's network,
+// the same command with every host as a seed. They form one job of 3
+// ranks that ends with one digest.
+func TestContainerImage(t *testing.T) {
+	script, env := clusterScripts(t, "the container image on namespace hosts", "deploy/image/testbed.sh")
+	const dir, tag = "/tmp/gyre-image-testbed", "localhost/gyre:test"
+	testbed := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(script, args...)
+		cmd.Env = env
+		return cmd
+	}
+	t.Cleanup(func() {
+		if out, err := testbed("down").CombinedOutput(); err != nil {
+			t.Errorf("testbed down: %v\n%s", err, out)
+		}
+		leftovers(t, dir, "gy6h", dir)
+	})
+	start := time.Now()
+	build, err := testbed("build", tag).CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the Dockerfile: %v\n%s", err, lastLines(string(build), 30))
+	}
+	var phases []string
+	for _, line := range strings.Split(string(build), "\n") {
+		if strings.HasPrefix(line, "testbed: ") {
+			phases = append(phases, strings.TrimPrefix(line, "testbed: "))
+		}
+	}
+	t.Logf("the Dockerfile's image built in %v in all (%s)", time.Since(start).Round(time.Millisecond), strings.Join(phases, "; "))
+	out, err := testbed("podman", "image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Size}}", tag).Output()
+	if err != nil {
+		t.Fatalf("image inspect: %v", err)
+	}
+	if f := strings.Fields(string(out)); len(f) != 3 || f[0] != "10001:10001" || f[1] != "[gyre]" {
+		t.Errorf("the image runs %q; want user 10001:10001 and entry point [gyre]", out)
+	}
+	t.Logf("image: %s", strings.TrimSpace(string(out)))
+
+	cluster := exec.Command(os.Getenv("CLUSTER_SH"), "up", "3")
+	cluster.Env = append(env, "CLUSTER_ID=6")
+	if out, err := cluster.CombinedOutput(); err != nil {
+		t.Fatalf("cluster up: %v\n%s", err, out)
+	}
+	// The secret, readable by the image's user only, as the StatefulSet
+	// mounts it.
+	key := filepath.Join(t.TempDir(), "cluster.key")
+	if out, err := exec.Command(gyretest.Gyre(t), "keygen", "--out", key).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v\n%s", err, out)
+	}
+	if err := os.Chown(key, 10001, 10001); err != nil {
+		t.Fatal(err)
+	}
+	const iters = "300"
+	var seeds []string
+	for i := 1; i <= 3; i++ {
+		seeds = append(seeds, "10.77.6."+strconv.Itoa(i)+":7946")
+	}
+	start = time.Now()
+	type result struct {
+		out []byte
+		err error
+	}
+	results := make([]chan result, 3)
+	for i := range results {
+		results[i] = make(chan result, 1)
+		cmd := testbed("run", strconv.Itoa(i+1), "--rm", "-v", key+":/etc/gyre/cluster.key:ro", tag,
+			"train", "--listen", seeds[i], "--seed", strings.Join(seeds, ","), "--key-file", "/etc/gyre/cluster.key",
+			"--min-workers", "3", "--transport", "tcp", "--iters", iters)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results[i] <- result{out, err}
+		}()
+	}
+	var outs []string
+	for i, c := range results {
+		select {
+		case r := <-c:
+			if r.err != nil {
+				t.Errorf("container on host %d: %v\n%s", i+1, r.err, r.out)
+			}
+			outs = append(outs, string(r.out))
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("the container on host %d did not end within 2 minutes", i+1)
+		}
+	}
+	oneDigest(t, 3, iters, outs...)
+	t.Logf("3 containers on 3 hosts: one job, one digest, in %v", time.Since(start).Round(time.Millisecond))
+}
