@@ -19,6 +19,7 @@ import (
 // the same command with every host as a seed. They form one job of 3
 // ranks that ends with one digest.
 func TestContainerImage(t *testing.T) {
+	t.Parallel() // beside the other deploy testbed: each has its own hosts and directory
 	script, env := clusterScripts(t, "the container image on namespace hosts", "deploy/image/testbed.sh")
 	const dir, tag = "/tmp/gyre-image-testbed", "localhost/gyre:test"
 	testbed := func(args ...string) *exec.Cmd {

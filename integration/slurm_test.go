@@ -158,6 +158,7 @@ func oneDigest(t *testing.T, n int, iters string, outs ...string) string {
 // the job; it rejoins, and the job ends COMPLETED with one digest on
 // every rank.
 func TestSlurmRecipe(t *testing.T) {
+	t.Parallel() // beside the other deploy testbed: each has its own hosts and directory
 	s := upSlurm(t)
 
 	dir := s.jobDir(t)
