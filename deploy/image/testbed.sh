@@ -29,19 +29,9 @@ pod() {
     --cgroup-manager cgroupfs --events-backend none "$@"
 }
 
-# The machine's cgroups are v1 with a v2 hierarchy mounted beside them
-# (/sys/fs/cgroup/unified), which crun refuses ("cgroups in hybrid mode
-# not supported"), and `ip netns exec` hides /sys/fs/cgroup altogether.
-# So each podman runs in a mount namespace of its own with the v1
-# controllers mounted alone.
-V1_CGROUPS='
-  umount /sys/fs/cgroup/unified 2>/dev/null || true
-  if [ ! -d /sys/fs/cgroup/cpu ]; then
-    mount -t tmpfs cgroup /sys/fs/cgroup
-    for c in cpu cpuacct cpuset memory devices freezer pids; do
-      mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c 2>/dev/null || rmdir /sys/fs/cgroup/$c
-    done
-  fi'
+# Each podman runs in a mount namespace of its own with the cgroup v1
+# controllers mounted alone (../v1-cgroups.sh says why).
+V1_CGROUPS=$REPO/deploy/v1-cgroups.sh
 
 # Root here lacks CAP_SYS_RESOURCE, so podman's default limits, above the
 # machine's, cannot be set: lower ones are.
@@ -92,16 +82,14 @@ build)
   # whose certificate the image does not trust), and the packages CI's
   # earlier builds compiled with the Dockerfile's flags are not compiled
   # again.
-  unshare --mount --propagation private sh -c "$V1_CGROUPS"'
-    exec "$@"' sh "$0" podman build --network host $(limits) \
+  unshare --mount --propagation private "$V1_CGROUPS" "$0" podman build --network host $(limits) \
     -v "$(go env GOMODCACHE):/go/pkg/mod" -v "$(go env GOCACHE):/root/.cache/go-build" \
     -t "$tag" "$REPO"
   echo "testbed: the Dockerfile built in $(( $(date +%s) - start )) s" >&2
   ;;
 run)
   i=${1:?usage: testbed.sh run I ARGS...}; shift
-  cluster run "$i" unshare --mount --propagation private sh -c "$V1_CGROUPS"'
-    exec "$@"' sh "$0" podman run --network host --cgroups=disabled $(limits) "$@"
+  cluster run "$i" unshare --mount --propagation private "$V1_CGROUPS" "$0" podman run --network host --cgroups=disabled $(limits) "$@"
   ;;
 podman)
   pod "$@"

@@ -10,7 +10,6 @@
 #   testbed.sh up             start the cluster (after taking down anything left over)
 #   testbed.sh run CMD...     run CMD on the controller's host with the cluster's
 #                             configuration (sbatch, srun, squeue, scontrol)
-#   testbed.sh node I CMD...  run CMD on compute node nI's host
 #   testbed.sh down           stop every daemon and job, remove the hosts and every file
 #
 # Everything lives in $SLURM_TESTBED (default /tmp/gyre-slurm-testbed):
@@ -25,6 +24,7 @@ cluster() {
   "${CLUSTER_SH:?set CLUSTER_SH to the namespace-cluster script}" "$@"
 }
 DIR=${SLURM_TESTBED:-/tmp/gyre-slurm-testbed}
+V1_CGROUPS=$(cd "$(dirname "$0")/.." && pwd)/v1-cgroups.sh
 NODES=3
 CTL=$((NODES + 1)) # the controller's host
 NET=10.77.$CLUSTER_ID
@@ -36,23 +36,13 @@ export SLURM_CONF=$DIR/slurm.conf
 # DNS for the hosts.)
 nsname() { echo "gy${CLUSTER_ID}h$1"; }
 
-# inhost I CMD...: CMD on host I, in a UTS namespace of its own whose host
-# name is the node's, since slurmd and slurmctld check their host name
-# against slurm.conf (sandbox: the hosts share the machine's name), and
-# with the cgroup v1 hierarchy it needs mounted again (sandbox: `ip netns
-# exec` remounts /sys, which hides /sys/fs/cgroup).
+# inhost I NAME CMD...: CMD on host I, in a UTS namespace of its own
+# whose host name is NAME, since slurmd and slurmctld check their host
+# name against slurm.conf (sandbox: the hosts share the machine's name),
+# and with the cgroups slurmd needs (../v1-cgroups.sh says why).
 inhost() {
   local i=$1 name=$2; shift 2
-  cluster run "$i" unshare --uts --mount --propagation private sh -c '
-    hostname "$0"
-    if [ ! -d /sys/fs/cgroup/cpu ]; then
-      mount -t tmpfs cgroup /sys/fs/cgroup
-      for c in cpu cpuacct cpuset memory devices freezer pids none,name=systemd; do
-        d=/sys/fs/cgroup/${c#none,name=}
-        mkdir -p "$d" && mount -t cgroup -o "$c" cgroup "$d" 2>/dev/null || rmdir "$d"
-      done
-    fi
-    exec "$@"' "$name" "$@"
+  cluster run "$i" unshare --uts --mount --propagation private "$V1_CGROUPS" -n "$name" "$@"
 }
 
 node_name() { if [ "$1" = "$CTL" ]; then echo ctl; else echo "n$1"; fi; }
@@ -143,10 +133,6 @@ EOF
   ;;
 run)
   inhost "$CTL" ctl "$@"
-  ;;
-node)
-  i=${1:?usage: testbed.sh node I CMD...}; shift
-  inhost "$i" "n$i" "$@"
   ;;
 down)
   down
