@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,21 +21,16 @@ import (
 // ranks that ends with one digest.
 func TestContainerImage(t *testing.T) {
 	t.Parallel() // beside the other deploy testbed: each has its own hosts and directory
-	script, env := clusterScripts(t, "the container image on namespace hosts", "deploy/image/testbed.sh")
+	b := newTestbed(t, "the container image on namespace hosts", "deploy/image/testbed.sh", 6)
 	const dir, tag = "/tmp/gyre-image-testbed", "localhost/gyre:test"
-	testbed := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(script, args...)
-		cmd.Env = env
-		return cmd
-	}
 	t.Cleanup(func() {
-		if out, err := testbed("down").CombinedOutput(); err != nil {
+		if out, err := b.command(t, "", time.Minute, "down").CombinedOutput(); err != nil {
 			t.Errorf("testbed down: %v\n%s", err, out)
 		}
-		leftovers(t, dir, "gy6h", dir)
+		b.leftovers(t, dir, dir)
 	})
 	start := time.Now()
-	build, err := testbed("build", tag).CombinedOutput()
+	build, err := b.command(t, "", 6*time.Minute, "build", tag).CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the Dockerfile: %v\n%s", err, lastLines(string(build), 30))
 	}
@@ -45,7 +41,7 @@ func TestContainerImage(t *testing.T) {
 		}
 	}
 	t.Logf("the Dockerfile's image built in %v in all (%s)", time.Since(start).Round(time.Millisecond), strings.Join(phases, "; "))
-	out, err := testbed("podman", "image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Size}}", tag).Output()
+	out, err := b.command(t, "", time.Minute, "podman", "image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Size}}", tag).Output()
 	if err != nil {
 		t.Fatalf("image inspect: %v", err)
 	}
@@ -54,9 +50,7 @@ func TestContainerImage(t *testing.T) {
 	}
 	t.Logf("image: %s", strings.TrimSpace(string(out)))
 
-	cluster := exec.Command(os.Getenv("CLUSTER_SH"), "up", "3")
-	cluster.Env = append(env, "CLUSTER_ID=6")
-	if out, err := cluster.CombinedOutput(); err != nil {
+	if out, err := b.command(t, "", time.Minute, "$CLUSTER_SH", "up", "3").CombinedOutput(); err != nil {
 		t.Fatalf("cluster up: %v\n%s", err, out)
 	}
 	// The secret, readable by the image's user only, as the StatefulSet
@@ -71,34 +65,25 @@ func TestContainerImage(t *testing.T) {
 	const iters = "300"
 	var seeds []string
 	for i := 1; i <= 3; i++ {
-		seeds = append(seeds, "10.77.6."+strconv.Itoa(i)+":7946")
+		seeds = append(seeds, b.addr(i)+":7946")
 	}
 	start = time.Now()
-	type result struct {
-		out []byte
-		err error
-	}
-	results := make([]chan result, 3)
-	for i := range results {
-		results[i] = make(chan result, 1)
-		cmd := testbed("run", strconv.Itoa(i+1), "--rm", "-v", key+":/etc/gyre/cluster.key:ro", tag,
+	outs := make([]string, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range outs {
+		cmd := b.command(t, "", 2*time.Minute, "run", strconv.Itoa(i+1), "--rm", "-v", key+":/etc/gyre/cluster.key:ro", tag,
 			"train", "--listen", seeds[i], "--seed", strings.Join(seeds, ","), "--key-file", "/etc/gyre/cluster.key",
 			"--min-workers", "3", "--transport", "tcp", "--iters", iters)
-		go func() {
+		wg.Go(func() {
 			out, err := cmd.CombinedOutput()
-			results[i] <- result{out, err}
-		}()
+			outs[i], errs[i] = string(out), err
+		})
 	}
-	var outs []string
-	for i, c := range results {
-		select {
-		case r := <-c:
-			if r.err != nil {
-				t.Errorf("container on host %d: %v\n%s", i+1, r.err, r.out)
-			}
-			outs = append(outs, string(r.out))
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("the container on host %d did not end within 2 minutes", i+1)
+	wg.Wait() // each is killed after 2 minutes
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("container on host %d: %v\n%s", i+1, err, outs[i])
 		}
 	}
 	oneDigest(t, 3, iters, outs...)

@@ -14,55 +14,49 @@ import (
 )
 
 // slurmTestbed is a real Slurm cluster on namespace hosts
-// (deploy/slurm/testbed.sh): a controller and nodes n1-n3.
+// (deploy/slurm/testbed.sh): a controller and nodes n1-n3 on hosts 1-3.
 type slurmTestbed struct {
-	script string
-	env    []string // PATH with the gyre under test first, CLUSTER_SH
+	*testbed
 }
 
 // upSlurm brings up the testbed and takes it down when the test ends,
-// checking that nothing of it is left.
+// checking that nothing of it is left. PATH has the gyre under test
+// first.
 func upSlurm(t *testing.T) *slurmTestbed {
 	t.Helper()
-	script, env := clusterScripts(t, "real Slurm on namespace hosts", "deploy/slurm/testbed.sh")
+	s := &slurmTestbed{newTestbed(t, "real Slurm on namespace hosts", "deploy/slurm/testbed.sh", 5)}
 	const dir = "/tmp/gyre-slurm-testbed"
 	bin := t.TempDir()
 	if err := os.Symlink(gyretest.Gyre(t), filepath.Join(bin, "gyre")); err != nil {
 		t.Fatal(err)
 	}
-	s := &slurmTestbed{script: script, env: append(env, "PATH="+bin+":"+os.Getenv("PATH"))}
+	s.env = append(s.env, "PATH="+bin+":"+os.Getenv("PATH"))
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := exec.Command("sh", "-c", "tail -n 15 "+dir+"/logs/*.log").CombinedOutput()
 			t.Logf("Slurm's logs:\n%s", out)
 		}
-		if out, err := s.command("", "down").CombinedOutput(); err != nil {
+		if out, err := s.command(t, "", time.Minute, "down").CombinedOutput(); err != nil {
 			t.Errorf("testbed down: %v\n%s", err, out)
 		}
-		leftovers(t, dir, "gy5h", dir+"/slurm.conf", dir+"/munge")
+		s.leftovers(t, dir, dir+"/slurm.conf", dir+"/munge")
 		if _, err := os.Stat("/etc/netns/gy5h1"); err == nil {
 			t.Error("/etc/netns/gy5h1 survived the testbed")
 		}
 	})
 	start := time.Now()
-	if out, err := s.command("", "up").CombinedOutput(); err != nil {
+	if out, err := s.command(t, "", 2*time.Minute, "up").CombinedOutput(); err != nil {
 		t.Fatalf("testbed up: %v\n%s", err, out)
 	}
 	t.Logf("Slurm up in %v", time.Since(start).Round(time.Millisecond))
 	return s
 }
 
-// command runs testbed.sh with args in dir.
-func (s *slurmTestbed) command(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(s.script, args...)
-	cmd.Dir, cmd.Env = dir, s.env
-	return cmd
-}
-
-// run runs a Slurm command on the controller's host, in dir.
+// run runs a Slurm command on the controller's host, in dir, for up to a
+// minute.
 func (s *slurmTestbed) run(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	out, err := s.command(dir, append([]string{"run"}, args...)...).CombinedOutput()
+	out, err := s.command(t, dir, time.Minute, append([]string{"run"}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -94,7 +88,10 @@ func (s *slurmTestbed) sbatch(t *testing.T, dir string, args ...string) string {
 	return s.run(t, dir, append([]string{"sbatch", "--parsable", "-N3", "-c2", "deploy/slurm/gyre.sbatch"}, args...)...)
 }
 
-var jobState = regexp.MustCompile(`JobState=(\S+)`)
+var (
+	jobState    = regexp.MustCompile(`JobState=(\S+)`)
+	pastIter500 = regexp.MustCompile(`(?m)^\s+[5-9]\d\d\s`)
+)
 
 // waitJob waits up to limit for job id to end, and returns its state.
 func (s *slurmTestbed) waitJob(t *testing.T, dir, id string, limit time.Duration) string {
@@ -181,9 +178,9 @@ func TestSlurmRecipe(t *testing.T) {
 	id = s.sbatch(t, dir, args...)
 	log := filepath.Join(dir, "slurm-"+id+".out")
 	waitFor(t, time.Minute, "job "+id+" to pass iteration 500", func() bool {
-		return regexp.MustCompile(`(?m)^\s+[5-9]\d\d\s`).MatchString(readFile(t, log))
+		return pastIter500.MatchString(readFile(t, log))
 	})
-	n2 := exec.Command("pkill", "-9", "-f", "--", "gyre train --listen 10.77.5.2:7946")
+	n2 := exec.Command("pkill", "-9", "-f", "--", "gyre train --listen "+s.addr(2)+":7946")
 	if out, err := n2.CombinedOutput(); err != nil {
 		t.Fatalf("kill -9 of n2's worker: %v\n%s", err, out)
 	}
@@ -191,7 +188,7 @@ func TestSlurmRecipe(t *testing.T) {
 	// docs/deploy.md's restart, from the job's working directory, with
 	// the job's arguments.
 	var restart bytes.Buffer
-	cmd := s.command(dir, append([]string{"run", "srun", "--jobid", id, "--overlap", "-N1", "-w", "n2", "deploy/slurm/gyre-worker.sh"}, args...)...)
+	cmd := s.command(t, dir, 3*time.Minute, append([]string{"run", "srun", "--jobid", id, "--overlap", "-N1", "-w", "n2", "deploy/slurm/gyre-worker.sh"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &restart, &restart
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -203,8 +200,12 @@ func TestSlurmRecipe(t *testing.T) {
 		close(restarted)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-restarted
+		select {
+		case <-restarted:
+		default:
+			cmd.Cancel() // the test failed before the job ended
+			<-restarted
+		}
 	})
 	before := len(readFile(t, log)) // earlier views admitted n2 too
 	var admitted time.Duration
@@ -214,7 +215,7 @@ func TestSlurmRecipe(t *testing.T) {
 			t.Fatalf("the restart ended before it was admitted: %v\n%s", restartErr, restart.String())
 		default:
 		}
-		if !strings.Contains(readFile(t, log)[before:], "admitted 10.77.5.2:7947") {
+		if !strings.Contains(readFile(t, log)[before:], "admitted "+s.addr(2)+":7947") {
 			return false
 		}
 		admitted = time.Since(killed)

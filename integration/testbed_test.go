@@ -1,17 +1,30 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
-// clusterScripts checks what the deploy testbeds need: GYRE_CLUSTER_TESTS,
-// root and $CLUSTER_SH. It returns the absolute path of the testbed script
-// rel (from the repository's root) and an environment for it.
-func clusterScripts(t *testing.T, what, rel string) (script string, env []string) {
+// testbed is a deploy testbed script (deploy/*/testbed.sh) and the
+// environment it runs in: $CLUSTER_SH, and the namespace hosts'
+// CLUSTER_ID, so that the hosts' addresses are 10.77.ID.I.
+type testbed struct {
+	script string
+	id     int
+	env    []string
+}
+
+// newTestbed checks what the deploy testbeds need: GYRE_CLUSTER_TESTS,
+// root and $CLUSTER_SH. rel is the script's path from the repository's
+// root; id is the CLUSTER_ID its hosts use.
+func newTestbed(t *testing.T, what, rel string, id int) *testbed {
 	t.Helper()
 	if os.Getenv("GYRE_CLUSTER_TESTS") != "1" {
 		t.Skipf("%s: runs in the GYRE_CLUSTER_TESTS step of CI (GYRE_CLUSTER_TESTS=1, root, $CLUSTER_SH, and what `%s deps` installs)", what, rel)
@@ -24,20 +37,41 @@ func clusterScripts(t *testing.T, what, rel string) (script string, env []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return script, os.Environ()
+	return &testbed{script: script, id: id, env: append(os.Environ(), "CLUSTER_ID="+strconv.Itoa(id))}
+}
+
+// addr is host i's address.
+func (b *testbed) addr(i int) string { return "10.77." + strconv.Itoa(b.id) + "." + strconv.Itoa(i) }
+
+// command runs the testbed script (or, with args[0] "$CLUSTER_SH", the
+// cluster script) with args in dir. It is killed, with every process
+// of its group, after limit.
+func (b *testbed) command(t *testing.T, dir string, limit time.Duration, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	name := b.script
+	if len(args) > 0 && args[0] == "$CLUSTER_SH" {
+		name, args = os.Getenv("CLUSTER_SH"), args[1:]
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = dir, b.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second // for daemons holding its output
+	return cmd
 }
 
 // leftovers fails t if anything of a testbed survived its teardown: a
-// process whose command line holds one of procs, a namespace named with
-// prefix, a mount under dir, or dir itself.
-func leftovers(t *testing.T, dir, prefix string, procs ...string) {
+// process whose command line holds one of procs, a namespace of its
+// hosts, a mount under dir, or dir itself.
+func (b *testbed) leftovers(t *testing.T, dir string, procs ...string) {
 	t.Helper()
 	for _, p := range procs {
 		if out, err := exec.Command("pgrep", "-a", "-f", p).Output(); err == nil {
 			t.Errorf("processes of the testbed survived it:\n%s", out)
 		}
 	}
-	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), prefix) {
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "gy"+strconv.Itoa(b.id)+"h") {
 		t.Errorf("namespaces of the testbed survived it:\n%s", out)
 	}
 	if mounts, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(mounts), dir) {
